@@ -1,9 +1,11 @@
 // Errors as values: the one error type of the project and the result<T> that carries it.
+// It lives in crypto/, the leaf library that every other layer links.
 #pragma once
 
 #include <boost/system/result.hpp>
 
 #include <stdexcept>
+#include <type_traits>
 #include <string>
 #include <utility>
 
