@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Installs what the build and the tests need (Debian packages, Python test peers); a no-op when present.
+#
+# Idempotent: every step checks first and installs only what is missing, so a second run takes about a
+# second. Environment: TZ_SKIP_APT=1 / TZ_SKIP_PIP=1 skip a step; PYTHON picks the interpreter (python3).
+set -euo pipefail
+
+apt_packages=(
+  nginx redis-server redis-tools radosgw ceph-mon ceph-osd
+  libboost1.81-dev liburing-dev libssl-dev libsodium-dev libhiredis-dev libprotobuf-dev protobuf-compiler
+  doctest-dev zlib1g-dev pkg-config ninja-build cmake g++ curl openssl python3-venv
+)
+# The Python peers are test-only: the real tensorizer writes and reads files for the cross tests.
+# torch is pinned because 2.13.0 resolves to a CPU wheel on this machine's local index; an unpinned
+# torch would pull a multi-GB CUDA build from PyPI.
+pip_requirements=("torch==2.13.0" "tensorizer==2.11.1" "safetensors" "numpy")
+python=${PYTHON:-python3}
+
+log() { printf 'setup: %s\n' "$*"; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# Prints the packages of "$@" that dpkg does not list as installed.
+missing_debs() {
+  local installed
+  installed=$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "$@" 2>/dev/null | awk '$2 == "ii" {print $1}')
+  local p
+  for p in "$@"; do
+    grep -qx -- "$p" <<<"$installed" || printf '%s\n' "$p"
+  done
+}
+
+install_debs() {
+  local missing
+  mapfile -t missing < <(missing_debs "${apt_packages[@]}")
+  if [ "${#missing[@]}" -eq 0 ]; then
+    log "Debian packages: all ${#apt_packages[@]} present"
+    return
+  fi
+  log "Debian packages: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get update -qq
+  as_root apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  log "Debian packages: installed ${#missing[@]}"
+}
+
+# Exits 0 when every pinned Python peer is importable at the pinned version (metadata only: fast).
+python_peers_present() {
+  "$python" - "${pip_requirements[@]}" <<'PY'
+import sys
+from importlib import metadata
+for requirement in sys.argv[1:]:
+    name, _, pinned = requirement.partition("==")
+    try:
+        version = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        sys.exit(1)
+    # torch reports a local suffix ("2.13.0+cpu") that the pin leaves out.
+    if pinned and version.split("+")[0] != pinned:
+        sys.exit(1)
+PY
+}
+
+# pip flags: Debian's own python3 refuses installs without this (PEP 668); pyenv/venv pythons accept them.
+pip_flags() {
+  if "$python" -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"], "EXTERNALLY-MANAGED")) else 1)' \
+      && [ -z "${VIRTUAL_ENV:-}" ]; then
+    printf '%s\n' --break-system-packages
+  fi
+}
+
+# Refuses a resolution that would bring a CUDA torch (nvidia-*/cuda-* wheels, triton): several GB for nothing.
+resolution_is_cpu_only() {
+  local report
+  report=$(mktemp)
+  "$python" -m pip install $(pip_flags) --dry-run --quiet --report "$report" "${pip_requirements[@]}" \
+    2>/dev/null || { rm -f "$report"; return 1; }
+  "$python" - "$report" <<'PY'
+import json, sys
+items = json.load(open(sys.argv[1])).get("install", [])
+names = [i["metadata"]["name"].lower() for i in items]
+cuda = [n for n in names if n.startswith(("nvidia-", "cuda-")) or n == "triton"]
+if cuda:
+    print("setup: pip would install a CUDA torch (" + ", ".join(cuda) + "); refusing", file=sys.stderr)
+    sys.exit(1)
+PY
+  local rc=$?
+  rm -f "$report"
+  return $rc
+}
+
+install_python_peers() {
+  if python_peers_present; then
+    log "Python peers: ${pip_requirements[*]} present for $("$python" --version 2>&1)"
+    return
+  fi
+  if ! "$python" -m pip --version >/dev/null 2>&1; then
+    log "Python peers: $python has no pip; installing python3-pip"
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends python3-pip
+  fi
+  if ! resolution_is_cpu_only; then
+    log "WARNING: Python peers NOT installed (no CPU torch 2.13.0 wheel reachable); cross tests will skip"
+    return
+  fi
+  log "Python peers: installing ${pip_requirements[*]} with $("$python" -m pip --version | cut -d' ' -f1-2)"
+  # pip warns once per local index folder it does not have; that noise hides real messages.
+  "$python" -m pip install $(pip_flags) --quiet "${pip_requirements[@]}" 2>&1 \
+    | { grep -v "^WARNING: Location 'file:" || true; }
+  python_peers_present || { log "Python peers: still missing after install" >&2; exit 1; }
+  log "Python peers: installed"
+}
+
+start_s=$SECONDS
+[ "${TZ_SKIP_APT:-0}" = 1 ] && log "Debian packages: skipped (TZ_SKIP_APT=1)" || install_debs
+[ "${TZ_SKIP_PIP:-0}" = 1 ] && log "Python peers: skipped (TZ_SKIP_PIP=1)" || install_python_peers
+log "done in $((SECONDS - start_s)) s"
