@@ -1,12 +1,14 @@
 // Question: what is the 1- and N-thread secretbox_open throughput limit of this machine?
 //
 // Seals a buffer (default 512 MiB) in 2 MiB chunks exactly as tensorizer does, then opens every
-// chunk in place with 1 thread and with hardware_concurrency threads (workers take the next chunk
+// chunk in place with 1 thread and with N = hardware_concurrency threads (workers take the next chunk
 // from a shared counter, as the engine's decrypt workers would). Each configuration runs 5 times;
 // the buffer is re-sealed (untimed) between runs. Prints the median GB/s of open, and, as the
 // same-run reference, seal and a plain memcpy of the same buffer (the memory-bandwidth ceiling).
 //
-// Usage: crypto_bench [--smoke] [size_mib]     (--smoke: 8 MiB, 1 run; for CI, so it cannot rot)
+// Usage: crypto_bench [--smoke] [--threads=N] [size_mib]
+//   --smoke: 8 MiB, 1 run, for CI so it cannot rot; --threads=N: the N of "N threads" (default:
+//   hardware_concurrency), e.g. to measure 2 threads on a bigger machine.
 #include "tz/sodium.hpp"
 
 #include <algorithm>
@@ -26,6 +28,7 @@ namespace {
 struct config {
   std::uint64_t size_bytes = std::uint64_t{512} << 20;
   int runs = 5;
+  unsigned threads = 0;  // 0: hardware_concurrency
   bool smoke = false;
 };
 
@@ -120,6 +123,8 @@ config parse_args(int argc, char** argv) {
       cfg.smoke = true;
       cfg.size_bytes = std::uint64_t{8} << 20;
       cfg.runs = 1;
+    } else if (arg.rfind("--threads=", 0) == 0) {
+      cfg.threads = static_cast<unsigned>(std::strtoul(arg.c_str() + 10, nullptr, 10));
     } else {
       cfg.size_bytes = std::strtoull(arg.c_str(), nullptr, 10) << 20;
     }
@@ -139,20 +144,22 @@ int main(int argc, char** argv) {
   }
   const auto initial = crypto::random_nonce();
   const unsigned hw_threads = std::max(1U, std::thread::hardware_concurrency());
+  const unsigned threads = cfg.threads > 0 ? cfg.threads : hw_threads;
   sealed_buffer buf;
   buf.data.resize(cfg.size_bytes);
   for (std::size_t i = 0; i < buf.data.size(); i += 4096) buf.data[i] = static_cast<std::byte>(i >> 12);
   buf.layout = crypto::chunk_layout{cfg.size_bytes};
   buf.macs.resize(buf.layout.count());
 
-  std::printf("crypto_bench: buffer %llu MiB in %llu chunks of %llu bytes, hardware threads %u%s\n",
+  std::printf("crypto_bench: buffer %llu MiB in %llu chunks of %llu bytes, hardware threads %u, N = %u%s\n",
               static_cast<unsigned long long>(cfg.size_bytes >> 20),
               static_cast<unsigned long long>(buf.layout.count()),
-              static_cast<unsigned long long>(buf.layout.chunk_size_bytes), hw_threads, cfg.smoke ? " (smoke)" : "");
+              static_cast<unsigned long long>(buf.layout.chunk_size_bytes), hw_threads, threads,
+              cfg.smoke ? " (smoke)" : "");
   std::printf("reference   memcpy         %7.3f GB/s   (1 thread, median of %d)\n", memcpy_gbps(buf.data, cfg.runs),
               cfg.runs);
-  seal_all(buf, *key, initial, hw_threads);
+  seal_all(buf, *key, initial, threads);
   if (!measure(buf, *key, initial, 1, cfg)) return 1;
-  if (hw_threads > 1 && !measure(buf, *key, initial, hw_threads, cfg)) return 1;
+  if (threads > 1 && !measure(buf, *key, initial, threads, cfg)) return 1;
   return 0;
 }
