@@ -1,0 +1,228 @@
+// The .tensors writer: the layout, hashes and version rules of tensorizer 2.11.1 (FORMAT.md §10).
+#include "tz/format/writer.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <set>
+
+namespace tz::format {
+namespace {
+
+void put(std::vector<std::byte>& out, std::uint64_t v, std::size_t width) {
+  for (std::size_t i = 0; i < width; ++i) out.push_back(static_cast<std::byte>((v >> (8 * i)) & 0xff));
+}
+
+void put_bytes(std::vector<std::byte>& out, std::string_view s) {
+  for (char c : s) out.push_back(static_cast<std::byte>(c));
+}
+
+void patch(std::vector<std::byte>& out, std::size_t at, std::uint64_t v, std::size_t width) {
+  for (std::size_t i = 0; i < width; ++i) out[at + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+}
+
+result<void> pwrite_all(int fd, const std::string& path, std::uint64_t offset, std::span<const std::byte> b) {
+  std::size_t done = 0;
+  while (done < b.size()) {
+    const auto n = ::pwrite(fd, b.data() + done, std::min<std::size_t>(b.size() - done, 1u << 30),
+                            static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return make_error(errc::io, "file " + path + ": write failed at offset " + std::to_string(offset + done) +
+                                      ": " + std::strerror(errno));
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return {};
+}
+
+// The per-tensor header with zeroed hash slots; records where the slots and the crypt block sit.
+struct built_header {
+  std::vector<std::byte> bytes;
+  std::size_t crc_at = 0, sha_at = 0;  // 0: absent
+  std::size_t crypt_begin = 0, crypt_end = 0;
+};
+
+built_header build_header(const tensor_write& t, const std::string& name, std::uint64_t data_length,
+                          bool encrypted_file, std::span<const std::byte> crypt_body) {
+  built_header h;
+  auto& b = h.bytes;
+  put(b, 0, 8);  // header_size, patched below
+  put(b, t.module_index, 2);
+  put(b, static_cast<std::uint8_t>(t.type), 1);
+  put(b, name.size(), 2);
+  put_bytes(b, name);
+  put(b, t.dtype.stored.size(), 1);
+  put_bytes(b, t.dtype.stored);
+  put(b, t.shape.size(), 1);
+  for (auto d : t.shape) put(b, d, 4);
+  const bool sha_only = encrypted_file && data_length > 0;
+  put(b, sha_only ? 35 : 41, 2);
+  put(b, sha_only ? 1 : 2, 1);
+  if (!sha_only) {
+    put(b, 0, 1), put(b, 4, 1);
+    h.crc_at = b.size();
+    put(b, 0, 4);
+  }
+  put(b, 1, 1), put(b, 32, 1);
+  h.sha_at = b.size();
+  b.resize(b.size() + 32);
+  if (encrypted_file) {
+    h.crypt_begin = b.size();
+    put(b, crypt_body.size(), 8);
+    b.insert(b.end(), crypt_body.begin(), crypt_body.end());
+    h.crypt_end = b.size();
+  }
+  put(b, data_length, 8);
+  patch(b, 0, b.size(), 8);
+  return h;
+}
+
+void append_metadata(std::vector<std::byte>& m, const tensor_write& t, const std::string& name,
+                     std::uint64_t header_offset, std::uint64_t data_offset, std::uint64_t data_length) {
+  put(m, name.size(), 2);
+  put_bytes(m, name);
+  put(m, static_cast<std::uint8_t>(t.type), 1);
+  put(m, t.dtype.stored.size(), 1);
+  put_bytes(m, t.dtype.stored);
+  put(m, t.shape.size(), 1);
+  for (auto d : t.shape) put(m, d, 4);
+  put(m, header_offset, 8);
+  put(m, data_offset, 8);
+  put(m, data_length, 8);
+}
+
+}  // namespace
+
+struct tensor_writer::state {
+  std::string path, temp_path;
+  int fd = -1;
+  writer_options options;
+  std::uint32_t version = 1;
+  std::uint64_t tensor_size = 0, tensor_count = 0;
+  std::uint64_t end_offset = file_prefix_bytes + python_metadata_bytes;
+  std::vector<std::byte> metadata;
+  std::set<std::string> names;
+  bool closed = false;
+
+  ~state() {
+    if (fd >= 0) ::close(fd);
+    if (!closed && !temp_path.empty()) ::unlink(temp_path.c_str());
+  }
+  error fail(const std::string& why) const { return make_error(errc::io, "file " + path + ": " + why); }
+  result<void> write_tensor(const tensor_write& t);
+};
+
+tensor_writer::tensor_writer(std::unique_ptr<state> s) : state_(std::move(s)) {}
+tensor_writer::tensor_writer(tensor_writer&&) noexcept = default;
+tensor_writer& tensor_writer::operator=(tensor_writer&&) noexcept = default;
+tensor_writer::~tensor_writer() = default;
+std::uint32_t tensor_writer::version() const noexcept { return state_->version; }
+
+result<tensor_writer> tensor_writer::create(const std::string& path, writer_options options) {
+  auto s = std::make_unique<state>();
+  s->path = path;
+  s->options = options;
+  s->version = options.encryptor ? 3 : 1;
+  std::random_device rd;
+  s->temp_path = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
+  s->fd = ::open(s->temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (s->fd < 0) {
+    s->temp_path.clear();
+    return s->fail(std::string("cannot create a temporary file next to it: ") + std::strerror(errno));
+  }
+  std::vector<std::byte> zeros(python_metadata_bytes);
+  TZ_CHECK(pwrite_all(s->fd, s->temp_path, file_prefix_bytes, zeros));
+  return tensor_writer(std::move(s));
+}
+
+result<void> tensor_writer::write(const tensor_write& t) {
+  if (state_->closed) return make_error(errc::invalid_argument, "file " + state_->path + ": writer already closed");
+  return state_->write_tensor(t);
+}
+
+result<void> tensor_writer::state::write_tensor(const tensor_write& t) {
+  const std::string name = encode_name(t.path);
+  const std::string who = "tensor '" + display_name(t.path) + "'";
+  if (t.path.parts.empty() || name.empty()) return fail(who + ": empty tensor path");
+  if (!names.insert(name).second) return fail(who + ": conflicting tensor paths (written twice)");
+  std::uint64_t count = 1;
+  for (auto d : t.shape) {
+    if (d >= (1ull << 32)) return fail(who + ": dimensions >= 2^32 need data version 5 (not written)");
+    count *= d;
+  }
+  if (t.shape.size() > 255 || t.dtype.stored.size() > 255 || name.size() > 65535)
+    return fail(who + ": name, dtype or rank too large for the format");
+  const std::uint64_t data_length = t.meta ? 0 : count * t.dtype.itemsize;
+  if (t.data.size() != data_length)
+    return make_error(errc::invalid_argument, "file " + path + ": " + who + " needs " + std::to_string(data_length) +
+                                                  " data bytes, got " + std::to_string(t.data.size()));
+  if (t.dtype.opaque) version = std::max(version, 2u);
+  if (t.meta) version = std::max(version, 4u);
+  // Encrypt a copy of the data first: the crypt block's size is part of the header.
+  std::vector<std::byte> cipher;
+  std::vector<std::byte> crypt_body{std::byte{0}, std::byte{0}};  // chunk_count 0
+  if (options.encryptor && data_length > 0) {
+    cipher.assign(t.data.begin(), t.data.end());
+    TZ_TRY(body, options.encryptor->encrypt(cipher));
+    crypt_body = std::move(body);
+  }
+  auto h = build_header(t, name, data_length, options.encryptor != nullptr, crypt_body);
+  const std::uint64_t header_offset = end_offset;
+  const std::uint64_t data_offset = header_offset + h.bytes.size();
+  const std::size_t before = metadata.size();
+  append_metadata(metadata, t, name, header_offset, data_offset, data_length);
+  if (metadata.size() > python_metadata_bytes) {
+    metadata.resize(before);
+    names.erase(name);
+    return fail(who + ": metadata overflow (the 256 KiB index is full)");
+  }
+  // Hashes cover H || plaintext, H = header with zeroed hash values and without the crypt block.
+  std::vector<std::byte> prefix(h.bytes.begin(), h.bytes.begin() + static_cast<std::ptrdiff_t>(h.crypt_begin ? h.crypt_begin : h.bytes.size()));
+  if (h.crypt_end) prefix.insert(prefix.end(), h.bytes.begin() + static_cast<std::ptrdiff_t>(h.crypt_end), h.bytes.end());
+  crc32_hasher crc;
+  sha256_hasher sha;
+  crc.update(prefix), crc.update(t.data);
+  sha.update(prefix), sha.update(t.data);
+  if (h.crc_at) patch(h.bytes, h.crc_at, crc.value(), 4);
+  const auto digest = sha.finish();
+  std::memcpy(h.bytes.data() + h.sha_at, digest.data(), digest.size());
+  TZ_CHECK(pwrite_all(fd, temp_path, header_offset, h.bytes));
+  TZ_CHECK(pwrite_all(fd, temp_path, data_offset, cipher.empty() ? t.data : std::span<const std::byte>(cipher)));
+  TZ_CHECK(pwrite_all(fd, temp_path, file_prefix_bytes + before,
+                      std::span<const std::byte>(metadata).subspan(before)));
+  end_offset = data_offset + data_length;
+  tensor_size += data_length;
+  ++tensor_count;
+  return {};
+}
+
+result<void> tensor_writer::close() {
+  auto& s = *state_;
+  if (s.closed) return {};
+  std::vector<std::byte> head;
+  put_bytes(head, "|TZR|");
+  put(head, s.version, 4);
+  put(head, (s.version >= 4 && s.options.encryptor) ? 1 : 0, 1);
+  head.resize(head.size() + 31);
+  put(head, s.tensor_size, 8);
+  put(head, 0, 8);
+  put(head, s.tensor_count, 8);
+  put(head, python_metadata_bytes, 8);
+  std::vector<std::byte> end_marker(8);
+  TZ_CHECK(pwrite_all(s.fd, s.temp_path, 0, head));
+  TZ_CHECK(pwrite_all(s.fd, s.temp_path, s.end_offset, end_marker));
+  if (::ftruncate(s.fd, static_cast<off_t>(s.end_offset + 8)) != 0 || ::fsync(s.fd) != 0)
+    return s.fail(std::string("cannot finish the temporary file: ") + std::strerror(errno));
+  ::close(std::exchange(s.fd, -1));
+  if (::rename(s.temp_path.c_str(), s.path.c_str()) != 0)
+    return s.fail(std::string("cannot rename the temporary file into place: ") + std::strerror(errno));
+  s.closed = true;
+  return {};
+}
+
+}  // namespace tz::format

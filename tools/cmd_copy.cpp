@@ -1,0 +1,118 @@
+// tensorizer copy / synth: writing .tensors files (copies of existing ones, or synthetic models).
+#include "cli.hpp"
+#include "tensor_walk.hpp"
+#include "tz/format/writer.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+using namespace tz;
+
+namespace {
+
+constexpr const char* copy_help =
+    "usage: tensorizer copy IN OUT\n"
+    "  Reads every tensor of IN (checking its stored hashes) and writes them, in the same order with\n"
+    "  the same names, types, module indices, dtypes and shapes, to OUT (atomically: a temporary file\n"
+    "  renamed into place). For unencrypted files written by tensorizer 2.11.1, OUT is byte-identical.\n";
+constexpr const char* synth_help =
+    "usage: tensorizer synth OUT [--size-mib N] [--seed S]\n"
+    "  Writes a deterministic transformer-shaped sample model of about N MiB (default 1024):\n"
+    "  bfloat16 projection matrices, float32 norms, a float16 embedding; same N and S, same bytes.\n";
+
+format::tensor_write as_write(const format::tensor_entry& e, const format::tensor_header& h,
+                              std::span<const std::byte> data) {
+  return format::tensor_write{e.path, e.type, h.module_index, e.dtype, e.shape, data, e.is_meta()};
+}
+
+// splitmix64: a fast deterministic byte generator; float exponents are kept below inf/NaN.
+void fill(std::span<std::byte> out, std::uint64_t seed, std::size_t itemsize) {
+  std::uint64_t s = seed;
+  const std::uint64_t mask = itemsize == 2 ? 0xBFFFBFFFBFFFBFFFull : itemsize == 4 ? 0xBFFFFFFFBFFFFFFFull : ~0ull;
+  std::size_t i = 0;
+  for (; i + 8 <= out.size(); i += 8) {
+    std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z = (z ^ (z >> 31)) & mask;
+    std::memcpy(out.data() + i, &z, 8);
+  }
+  for (; i < out.size(); ++i) out[i] = static_cast<std::byte>(i * 131 + seed);
+}
+
+struct synth_tensor {
+  std::string name;
+  const char* torch;
+  std::vector<std::uint64_t> shape;
+};
+
+std::vector<synth_tensor> synth_plan(std::uint64_t size_bytes) {
+  const std::uint64_t hidden = size_bytes >= (256ull << 20) ? 2048 : 256;
+  const std::uint64_t mlp = hidden * 11 / 4, vocab = hidden * 8;
+  std::vector<synth_tensor> plan{{"model.embed_tokens.weight", "torch.float16", {vocab, hidden}}};
+  std::uint64_t total = vocab * hidden * 2;
+  for (int layer = 0; total < size_bytes; ++layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj"})
+      plan.push_back({p + "self_attn." + m + ".weight", "torch.bfloat16", {hidden, hidden}});
+    plan.push_back({p + "mlp.gate_proj.weight", "torch.bfloat16", {mlp, hidden}});
+    plan.push_back({p + "mlp.up_proj.weight", "torch.bfloat16", {mlp, hidden}});
+    plan.push_back({p + "mlp.down_proj.weight", "torch.bfloat16", {hidden, mlp}});
+    plan.push_back({p + "input_layernorm.weight", "torch.float32", {hidden}});
+    plan.push_back({p + "post_attention_layernorm.weight", "torch.float32", {hidden}});
+    total += 4 * hidden * hidden * 2 + 3 * mlp * hidden * 2 + 2 * hidden * 4;
+  }
+  plan.push_back({"model.norm.weight", "torch.float32", {hidden}});
+  return plan;
+}
+
+}  // namespace
+
+int cmd_copy(int argc, char** argv) {
+  auto a = cli::parse(argc, argv, 2, {}, {"--help"});
+  if (!a) return cli::usage_error("copy", a.error().message, copy_help);
+  if (a->has("--help")) return std::printf("%s", copy_help), 0;
+  if (a->positional.size() != 2) return cli::usage_error("copy", "expected IN and OUT", copy_help);
+  auto reader = format::file_reader::open(a->positional[0]);
+  if (!reader) return cli::fail("copy", reader.error());
+  auto writer = format::tensor_writer::create(a->positional[1]);
+  if (!writer) return cli::fail("copy", writer.error());
+  auto r = cli::walk_tensors(*reader, {.verify = true},
+                             [&](std::size_t, const format::tensor_entry& e, const format::tensor_header& h,
+                                 std::span<const std::byte> data) { return writer->write(as_write(e, h, data)); });
+  if (!r) return cli::fail("copy", r.error());
+  if (auto c = writer->close(); !c) return cli::fail("copy", c.error());
+  return 0;
+}
+
+int cmd_synth(int argc, char** argv) {
+  auto a = cli::parse(argc, argv, 2, {"--size-mib", "--seed"}, {"--help"});
+  if (!a) return cli::usage_error("synth", a.error().message, synth_help);
+  if (a->has("--help")) return std::printf("%s", synth_help), 0;
+  if (a->positional.size() != 1) return cli::usage_error("synth", "expected OUT", synth_help);
+  auto size_mib = cli::to_uint("--size-mib", a->get("--size-mib").value_or("1024"));
+  auto seed = cli::to_uint("--seed", a->get("--seed").value_or("1"));
+  if (!size_mib) return cli::fail("synth", size_mib.error());
+  if (!seed) return cli::fail("synth", seed.error());
+  auto writer = format::tensor_writer::create(a->positional[0]);
+  if (!writer) return cli::fail("synth", writer.error());
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::byte> data;
+  std::uint64_t total = 0, n = 0;
+  for (const auto& t : synth_plan(*size_mib << 20)) {
+    auto dtype = format::dtype_from_torch(t.torch);
+    std::uint64_t count = 1;
+    for (auto d : t.shape) count *= d;
+    data.resize(count * dtype->itemsize);
+    fill(data, *seed * 1000003 + n++, dtype->itemsize);
+    auto w = writer->write({format::plain_path(t.name), format::tensor_type::param, 0, *dtype, t.shape, data, false});
+    if (!w) return cli::fail("synth", w.error());
+    total += data.size();
+  }
+  if (auto c = writer->close(); !c) return cli::fail("synth", c.error());
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("wrote %s: %llu tensors, %.1f MiB of data in %.2f s\n", a->positional[0].c_str(),
+              static_cast<unsigned long long>(n), total / 1048576.0, s);
+  return 0;
+}

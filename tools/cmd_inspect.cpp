@@ -1,0 +1,126 @@
+// tensorizer inspect / hash / verify: read-only views of a .tensors file.
+#include "cli.hpp"
+#include "tensor_walk.hpp"
+#include "tz/hash.hpp"
+
+#include <cstdio>
+#include <string>
+
+using namespace tz;
+
+namespace {
+
+constexpr const char* inspect_help =
+    "usage: tensorizer inspect [--json] FILE\n"
+    "  Prints the data version, feature flags and, per tensor: name, dtype, shape, tensor type,\n"
+    "  module index, header offset, data offset and data length.\n";
+constexpr const char* hash_help =
+    "usage: tensorizer hash [--json] [--no-verify] FILE\n"
+    "  Prints the SHA-256 of each tensor's plaintext data bytes (C order; meta tensors: of the\n"
+    "  zeros they load as). Checks every stored CRC32/SHA-256 on the way unless --no-verify.\n";
+constexpr const char* verify_help =
+    "usage: tensorizer verify FILE\n"
+    "  Checks every stored hash; prints a summary; exits 1 on the first mismatch.\n";
+
+std::string shape_json(const std::vector<std::uint64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// SHA-256 of what a tensor loads as: its data, or zeros for a meta tensor.
+sha256_digest plaintext_sha(const format::tensor_entry& e, std::span<const std::byte> data) {
+  if (!e.is_meta()) return sha256(data);
+  sha256_hasher h;
+  std::vector<std::byte> zeros(std::min<std::uint64_t>(e.deserialized_bytes, 1 << 20));
+  for (std::uint64_t left = e.deserialized_bytes; left > 0;) {
+    const auto n = std::min<std::uint64_t>(left, zeros.size());
+    h.update(std::span<const std::byte>(zeros).first(n));
+    left -= n;
+  }
+  return h.finish();
+}
+
+}  // namespace
+
+int cmd_inspect(int argc, char** argv) {
+  auto a = cli::parse(argc, argv, 2, {}, {"--json", "--help"});
+  if (!a) return cli::usage_error("inspect", a.error().message, inspect_help);
+  if (a->has("--help")) return std::printf("%s", inspect_help), 0;
+  if (a->positional.size() != 1) return cli::usage_error("inspect", "expected one FILE", inspect_help);
+  auto reader = format::file_reader::open(a->positional[0]);
+  if (!reader) return cli::fail("inspect", reader.error());
+  const auto& index = reader->index();
+  const bool json = a->has("--json");
+  if (json) std::printf("{\"version\":%u,\"flags\":%llu,\"tensors\":[", index.header.version,
+                        static_cast<unsigned long long>(index.header.flags));
+  else std::printf("version %u, flags %llu, %zu tensors, %llu data bytes\n", index.header.version,
+                   static_cast<unsigned long long>(index.header.flags), index.tensors.size(),
+                   static_cast<unsigned long long>(index.header.tensor_size));
+  for (std::size_t i = 0; i < index.tensors.size(); ++i) {
+    const auto& e = index.tensors[i];
+    auto h = reader->read_header(i);  // the module index lives only in the tensor header
+    if (!h) return cli::fail("inspect", h.error());
+    const auto dtype = format::dtype_display(e.dtype);
+    if (json) {
+      std::printf("%s{\"name\":%s,\"dtype\":\"%s\",\"shape\":%s,\"type\":\"%s\",\"module_index\":%u,"
+                  "\"header_offset\":%llu,\"data_offset\":%llu,\"data_length\":%llu}",
+                  i ? "," : "", format::json_name(e.path).c_str(), dtype.c_str(), shape_json(e.shape).c_str(),
+                  format::tensor_type_name(e.type), h->module_index, static_cast<unsigned long long>(e.header_offset),
+                  static_cast<unsigned long long>(e.data_offset), static_cast<unsigned long long>(e.data_length));
+    } else {
+      std::printf("%-40s %-10s %-18s %-10s module %-4u header @%llu data @%llu +%llu%s\n",
+                  format::display_name(e.path).c_str(), dtype.c_str(), shape_json(e.shape).c_str(),
+                  format::tensor_type_name(e.type), h->module_index, static_cast<unsigned long long>(e.header_offset),
+                  static_cast<unsigned long long>(e.data_offset), static_cast<unsigned long long>(e.data_length),
+                  e.is_meta() ? " (meta)" : "");
+    }
+  }
+  if (json) std::printf("]}\n");
+  return 0;
+}
+
+int cmd_hash(int argc, char** argv) {
+  auto a = cli::parse(argc, argv, 2, {}, {"--json", "--no-verify", "--help"});
+  if (!a) return cli::usage_error("hash", a.error().message, hash_help);
+  if (a->has("--help")) return std::printf("%s", hash_help), 0;
+  if (a->positional.size() != 1) return cli::usage_error("hash", "expected one FILE", hash_help);
+  auto reader = format::file_reader::open(a->positional[0]);
+  if (!reader) return cli::fail("hash", reader.error());
+  const bool json = a->has("--json");
+  std::string out = json ? "{\"tensors\":[" : "";
+  auto r = cli::walk_tensors(*reader, {.verify = !a->has("--no-verify")},
+                             [&](std::size_t i, const format::tensor_entry& e, const format::tensor_header&,
+                                 std::span<const std::byte> data) -> result<void> {
+                               const auto hex = to_hex(plaintext_sha(e, data));
+                               if (json) out += std::string(i ? "," : "") + "{\"name\":" + format::json_name(e.path) +
+                                                ",\"sha256\":\"" + hex + "\"}";
+                               else out += hex + "  " + format::display_name(e.path) + "\n";
+                               return {};
+                             });
+  if (!r) return cli::fail("hash", r.error());
+  if (json) out += "]}\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+int cmd_verify(int argc, char** argv) {
+  auto a = cli::parse(argc, argv, 2, {}, {"--help"});
+  if (!a) return cli::usage_error("verify", a.error().message, verify_help);
+  if (a->has("--help")) return std::printf("%s", verify_help), 0;
+  if (a->positional.size() != 1) return cli::usage_error("verify", "expected one FILE", verify_help);
+  auto reader = format::file_reader::open(a->positional[0]);
+  if (!reader) return cli::fail("verify", reader.error());
+  std::uint64_t bytes = 0, hashes = 0;
+  auto r = cli::walk_tensors(*reader, {.verify = true},
+                             [&](std::size_t, const format::tensor_entry&, const format::tensor_header& h,
+                                 std::span<const std::byte> data) -> result<void> {
+                               bytes += data.size();
+                               hashes += h.hashes.size();
+                               return {};
+                             });
+  if (!r) return cli::fail("verify", r.error());
+  std::printf("OK: %zu tensors, %llu data bytes, %llu stored hashes verified\n", reader->index().tensors.size(),
+              static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(hashes));
+  return 0;
+}
