@@ -1,0 +1,180 @@
+// The uploader over the runtime API: cudaMemcpyAsync round-robin over streams, one event per upload.
+#include "cuda_detail.hpp"
+
+#include <atomic>
+#include <cassert>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tz::cuda {
+
+using detail::device_label;
+using detail::failure;
+
+struct uploader::state {
+  int device = -1;
+  std::vector<cudaStream_t> streams;
+  std::atomic<unsigned> next_stream{0};
+
+  ~state() {
+    if (streams.empty()) return;
+    auto scope = detail::device_scope::enter(device, "destroying an uploader");
+    for (cudaStream_t stream : streams) {
+      // Wait first: the copies read caller memory that may be freed right after we return.
+      static_cast<void>(cudaStreamSynchronize(stream));
+      static_cast<void>(cudaStreamDestroy(stream));
+    }
+  }
+};
+
+namespace {
+
+// The heap-held callback of one upload; the stream callback owns and deletes it.
+struct pending_callback {
+  upload_callback on_done;
+  int device = -1;
+  int stream = -1;
+  std::size_t size_bytes = 0;
+  std::size_t offset_bytes = 0;
+};
+
+std::string describe_upload(std::size_t size_bytes, std::size_t offset_bytes, int stream) {
+  return "upload of " + std::to_string(size_bytes) + " bytes to device offset " + std::to_string(offset_bytes) +
+         " on stream " + std::to_string(stream);
+}
+
+// Runs on a CUDA runtime thread. noexcept: a throwing callback terminates rather than unwinding
+// through the driver.
+void CUDART_CB on_stream_done(cudaStream_t, cudaError_t status, void* user) noexcept {
+  std::unique_ptr<pending_callback> pending(static_cast<pending_callback*>(user));
+  if (status == cudaSuccess) {
+    pending->on_done(result<void>());
+    return;
+  }
+  pending->on_done(failure("cudaMemcpyAsync", status, pending->device,
+                           describe_upload(pending->size_bytes, pending->offset_bytes, pending->stream)));
+}
+
+result<void> check_range(std::size_t size_bytes, const device_buffer& dst, std::size_t offset_bytes, int device) {
+  if (dst.device() != device) {
+    return make_error(errc::invalid_argument, describe_upload(size_bytes, offset_bytes, -1) + ": destination is on " +
+                                                  device_label(dst.device()) + ", the uploader on " +
+                                                  device_label(device));
+  }
+  if (offset_bytes > dst.size_bytes() || size_bytes > dst.size_bytes() - offset_bytes) {
+    return make_error(errc::invalid_argument, describe_upload(size_bytes, offset_bytes, -1) + ": range outside the " +
+                                                  std::to_string(dst.size_bytes()) + "-byte destination on " +
+                                                  device_label(device));
+  }
+  return {};
+}
+
+}  // namespace
+
+result<uploader> uploader::create(int device, int stream_count) {
+  const std::string what = "creating an uploader with " + std::to_string(stream_count) + " streams";
+  if (stream_count < 1 || stream_count > stream_count_max) {
+    return make_error(errc::invalid_argument,
+                      what + ": stream count must be in [1, " + std::to_string(stream_count_max) + "]");
+  }
+  TZ_CHECK(detail::check_device(device, what));
+  TZ_TRY(scope, detail::device_scope::enter(device, what));
+  auto s = std::make_unique<state>();
+  s->device = device;
+  s->streams.reserve(static_cast<std::size_t>(stream_count));
+  for (int i = 0; i < stream_count; ++i) {
+    cudaStream_t stream = nullptr;
+    // Non-blocking: our copies must not serialize with an embedding application's legacy stream.
+    cudaError_t rc = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (rc != cudaSuccess) return failure("cudaStreamCreateWithFlags", rc, device, what);
+    s->streams.push_back(stream);
+  }
+  return uploader(std::move(s));
+}
+
+uploader::uploader(std::unique_ptr<state> s) noexcept : state_(std::move(s)) {}
+uploader::uploader(uploader&& other) noexcept = default;
+uploader& uploader::operator=(uploader&& other) noexcept = default;
+uploader::~uploader() = default;
+
+int uploader::device() const noexcept { return state_ ? state_->device : -1; }
+int uploader::stream_count() const noexcept { return state_ ? static_cast<int>(state_->streams.size()) : 0; }
+
+result<upload_ticket> uploader::upload(std::span<const std::byte> host, device_buffer& dst, std::size_t offset_bytes) {
+  return upload(host, dst, offset_bytes, upload_callback());
+}
+
+result<upload_ticket> uploader::upload(std::span<const std::byte> host, device_buffer& dst, std::size_t offset_bytes,
+                                       upload_callback on_done) {
+  assert(state_ && "upload on a moved-from uploader");
+  state& s = *state_;
+  TZ_CHECK(check_range(host.size(), dst, offset_bytes, s.device));
+  const unsigned index = s.next_stream.fetch_add(1, std::memory_order_relaxed) % s.streams.size();
+  cudaStream_t stream = s.streams[index];
+  upload_ticket ticket;
+  ticket.device_ = s.device;
+  ticket.stream_ = static_cast<int>(index);
+  ticket.size_bytes_ = host.size();
+  ticket.offset_bytes_ = offset_bytes;
+  auto what = [&] { return describe_upload(host.size(), offset_bytes, ticket.stream_); };
+
+  TZ_TRY(scope, detail::device_scope::enter(s.device, what()));
+  cudaEvent_t event = nullptr;
+  cudaError_t rc = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (rc != cudaSuccess) return failure("cudaEventCreateWithFlags", rc, s.device, what());
+  ticket.event_ = event;  // from here the ticket's destructor destroys it on every path
+  if (!host.empty()) {
+    auto* to = static_cast<std::byte*>(dst.data()) + offset_bytes;
+    rc = cudaMemcpyAsync(to, host.data(), host.size(), cudaMemcpyHostToDevice, stream);
+    if (rc != cudaSuccess) return failure("cudaMemcpyAsync", rc, s.device, what());
+  }
+  rc = cudaEventRecord(event, stream);
+  if (rc != cudaSuccess) return failure("cudaEventRecord", rc, s.device, what());
+  if (on_done) {
+    auto pending = std::make_unique<pending_callback>(
+        pending_callback{std::move(on_done), s.device, ticket.stream_, host.size(), offset_bytes});
+    rc = cudaStreamAddCallback(stream, &on_stream_done, pending.get(), 0);
+    if (rc != cudaSuccess) return failure("cudaStreamAddCallback", rc, s.device, what());
+    static_cast<void>(pending.release());  // the callback owns it now
+  }
+  return ticket;
+}
+
+bool uploader::done(const upload_ticket& ticket) const noexcept {
+  if (ticket.empty()) return true;
+  return cudaEventQuery(static_cast<cudaEvent_t>(ticket.event_)) != cudaErrorNotReady;
+}
+
+result<void> uploader::wait(const upload_ticket& ticket) const {
+  if (ticket.empty()) return {};
+  cudaError_t rc = cudaEventSynchronize(static_cast<cudaEvent_t>(ticket.event_));
+  if (rc != cudaSuccess) {
+    return failure("cudaMemcpyAsync", rc, ticket.device_,
+                   describe_upload(ticket.size_bytes_, ticket.offset_bytes_, ticket.stream_) +
+                       ", reported by cudaEventSynchronize");
+  }
+  return {};
+}
+
+result<void> uploader::synchronize() {
+  assert(state_ && "synchronize on a moved-from uploader");
+  state& s = *state_;
+  TZ_TRY(scope, detail::device_scope::enter(s.device, "synchronizing an uploader"));
+  result<void> first;
+  for (std::size_t i = 0; i < s.streams.size(); ++i) {
+    cudaError_t rc = cudaStreamSynchronize(s.streams[i]);
+    if (rc != cudaSuccess && first) {
+      first = failure("cudaStreamSynchronize", rc, s.device, "stream " + std::to_string(i) + " of an uploader");
+    }
+  }
+  return first;
+}
+
+void upload_ticket::release() noexcept {
+  // Destroying an event whose work is still pending is allowed: CUDA frees it once it completes.
+  if (event_ != nullptr) static_cast<void>(cudaEventDestroy(static_cast<cudaEvent_t>(event_)));
+  event_ = nullptr;
+}
+
+}  // namespace tz::cuda
