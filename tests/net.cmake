@@ -5,7 +5,7 @@ set(tz_net_dir ${CMAKE_BINARY_DIR}/net-servers)
 # Ports derive from the build dir so two build trees can run their net tests at the same time.
 string(MD5 tz_net_hash "${CMAKE_BINARY_DIR}")
 string(SUBSTRING "${tz_net_hash}" 0 3 tz_net_hex)
-math(EXPR tz_net_port_base "20000 + (0x${tz_net_hex} % 40) * 1000")
+math(EXPR tz_net_port_base "20000 + (0x${tz_net_hex} % 12) * 1000")
 set(TZ_NET_PORT_BASE ${tz_net_port_base} CACHE STRING "First loopback port of the net test servers")
 set(tz_net_scripts ${CMAKE_CURRENT_LIST_DIR}/../scripts/servers)
 

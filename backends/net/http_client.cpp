@@ -1,0 +1,290 @@
+// The one Beast/Asio-SSL translation unit: pooled keep-alive HTTP/1.1 connections (plain or TLS),
+// request/response exchange, and bodies read straight into the caller's scatter spans.
+#include "http_client.hpp"
+
+#include "scatter.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <mutex>
+#include <optional>
+
+namespace tz::net {
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace ssl = boost::asio::ssl;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(use_task);
+constexpr std::size_t parse_buffer_bytes = 1 << 20;  // SERVERS.md §4: unreserved buffers are 6x slower
+
+struct connection {
+  asio::any_io_executor executor;
+  std::optional<beast::tcp_stream> plain;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> secure;
+  beast::flat_buffer buffer;
+  bool reusable = true;
+
+  beast::tcp_stream& lowest() { return plain ? *plain : beast::get_lowest_layer(*secure); }
+};
+
+bool is_ip_literal(const std::string& host) {
+  error_code ec;
+  asio::ip::make_address(host, ec);
+  return !ec;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+}  // namespace
+
+std::string_view http_response::header(std::string_view name) const noexcept {
+  for (const auto& h : headers)
+    if (iequals(h.name, name)) return h.value;
+  return {};
+}
+
+std::string http_endpoint::host_header() const {
+  bool default_port = port == (tls ? 443 : 80);
+  std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return default_port ? h : h + ":" + std::to_string(port);
+}
+
+std::string http_endpoint::url_prefix() const { return (tls ? "https://" : "http://") + host_header(); }
+
+struct http_client::impl {
+  http_endpoint endpoint;
+  http_client_options options;
+  std::optional<ssl::context> tls;
+  std::mutex mutex;
+  std::vector<std::unique_ptr<connection>> idle;
+
+  error fail(std::string_view stage, const std::string& target, error_code ec) const {
+    errc code = errc::network;
+    if (ec == beast::error::timeout) code = errc::timeout;
+    if (ec.category() == asio::error::get_ssl_category()) code = errc::auth;
+    return make_error(code, endpoint.url_prefix() + target + ": " + std::string(stage) + " failed: " + ec.message());
+  }
+
+  std::unique_ptr<connection> take_idle(const asio::any_io_executor& ex) {
+    std::lock_guard lock(mutex);
+    for (auto it = idle.begin(); it != idle.end(); ++it) {
+      if ((*it)->executor == ex) {
+        auto c = std::move(*it);
+        idle.erase(it);
+        return c;
+      }
+    }
+    return nullptr;
+  }
+
+  void give_back(std::unique_ptr<connection> c) {
+    if (!c || !c->reusable) return;
+    std::lock_guard lock(mutex);
+    if (idle.size() < options.idle_connections_max) idle.push_back(std::move(c));
+  }
+
+  task<result<std::unique_ptr<connection>>> connect(const std::string& target);
+  template <class Stream>
+  task<result<http_response>> run(Stream& stream, connection& c, const http_request& request,
+                                  const scatter_list* dst, std::uint64_t* received, std::size_t body_limit);
+  task<result<http_response>> exchange(const http_request& request, const scatter_list* dst,
+                                       std::uint64_t* received, std::size_t body_limit);
+};
+
+task<result<std::unique_ptr<connection>>> http_client::impl::connect(const std::string& target) {
+  auto ex = co_await asio::this_coro::executor;
+  auto c = std::make_unique<connection>();
+  c->executor = ex;
+  c->buffer.reserve(parse_buffer_bytes);
+  if (endpoint.tls) c->secure.emplace(ex, *tls); else c->plain.emplace(ex);
+  tcp::resolver resolver(ex);
+  const auto& host = endpoint.connect_host.empty() ? endpoint.host : endpoint.connect_host;
+  auto [rec, results] = co_await resolver.async_resolve(host, std::to_string(endpoint.port), use_tuple);
+  if (rec) co_return fail("resolving " + host, target, rec);
+  c->lowest().expires_after(options.connect_timeout);
+  auto [cec, ep] = co_await c->lowest().async_connect(results, use_tuple);
+  if (cec) co_return fail("connect", target, cec);
+  c->lowest().socket().set_option(tcp::no_delay(true));
+  if (endpoint.tls) {
+    // SNI only for names (RFC 6066); the certificate must match the name or the IP literal.
+    if (!is_ip_literal(endpoint.host)) SSL_set_tlsext_host_name(c->secure->native_handle(), endpoint.host.c_str());
+    if (options.verify_peer) c->secure->set_verify_callback(ssl::host_name_verification(endpoint.host));
+    auto [hec] = co_await c->secure->async_handshake(ssl::stream_base::client, use_tuple);
+    if (hec) co_return fail("TLS handshake", target, hec);
+  }
+  c->lowest().expires_never();
+  co_return c;
+}
+
+namespace {
+
+template <class Stream>
+task<error_code> send_request(Stream& stream, beast::tcp_stream& lowest, const http_request& request,
+                              const http_endpoint& endpoint, const http_client_options& options) {
+  http::request<http::empty_body> req{http::string_to_verb(request.method), request.target, 11};
+  req.set(http::field::host, endpoint.host_header());
+  req.set(http::field::user_agent, options.user_agent);
+  for (const auto& h : request.headers) req.set(h.name, h.value);
+  if (!request.body.empty() || request.method == "PUT" || request.method == "POST")
+    req.content_length(request.body.size());
+  req.keep_alive(true);
+  http::request_serializer<http::empty_body> serializer{req};
+  lowest.expires_after(options.stall_timeout);
+  auto [ec, n] = co_await http::async_write_header(stream, serializer, use_tuple);
+  if (!ec && !request.body.empty()) {
+    auto [bec, bn] = co_await asio::async_write(stream, asio::buffer(request.body.data(), request.body.size()), use_tuple);
+    ec = bec;
+  }
+  co_return ec;
+}
+
+// Reads a Content-Length body straight into dst: first what the parse buffer already holds, then
+// scatter reads from the socket, each bounded by the stall timeout.
+template <class Stream>
+task<error_code> read_body_into(Stream& stream, connection& c, scatter_list dst, std::uint64_t& received,
+                                std::chrono::milliseconds stall) {
+  scatter_cursor cursor(dst);
+  auto buffered = c.buffer.data();
+  auto n = cursor.copy_in({static_cast<const std::byte*>(buffered.data()), buffered.size()});
+  c.buffer.consume(n);
+  received += n;
+  std::vector<asio::mutable_buffer> buffers;
+  while (!cursor.done()) {
+    cursor.next_buffers<asio::mutable_buffer>(buffers, 16);
+    c.lowest().expires_after(stall);
+    auto [ec, got] = co_await stream.async_read_some(buffers, use_tuple);
+    cursor.advance(got);
+    received += got;
+    if (ec) co_return ec;
+  }
+  co_return error_code{};
+}
+
+}  // namespace
+
+template <class Stream>
+task<result<http_response>> http_client::impl::run(Stream& stream, connection& c, const http_request& request,
+                                                   const scatter_list* dst, std::uint64_t* received,
+                                                   std::size_t body_limit) {
+  if (auto ec = co_await send_request(stream, c.lowest(), request, endpoint, options)) {
+    c.reusable = false;
+    co_return fail("sending " + request.method, request.target, ec);
+  }
+  http::response_parser<http::empty_body> parser;
+  parser.body_limit(boost::none);
+  if (request.method == "HEAD") parser.skip(true);
+  c.lowest().expires_after(options.first_byte_timeout);
+  auto [hec, hn] = co_await http::async_read_header(stream, c.buffer, parser, use_tuple);
+  if (hec) {
+    c.reusable = false;
+    co_return fail("reading the response header of " + request.method, request.target, hec);
+  }
+  http_response response;
+  const auto& head = parser.get();
+  response.status = head.result_int();
+  for (const auto& field : head) response.headers.push_back({std::string(field.name_string()), std::string(field.value())});
+  response.content_length = parser.content_length().value_or(0);
+  c.reusable = head.keep_alive();
+  if (parser.is_done()) co_return response;
+  bool ok_status = response.status == 200 || response.status == 206;
+  if (dst && ok_status) {
+    if (!parser.content_length() || *parser.content_length() != scatter_size(*dst)) {
+      c.reusable = false;  // body left unread
+      co_return response;
+    }
+    auto ec = co_await read_body_into(stream, c, *dst, *received, options.stall_timeout);
+    if (ec) {
+      c.reusable = false;
+      co_return fail("reading the body of " + request.method, request.target, ec);
+    }
+    response.body_streamed = true;
+    co_return response;
+  }
+  http::response_parser<http::string_body> body_parser{std::move(parser)};
+  body_parser.body_limit(body_limit);
+  c.lowest().expires_after(options.stall_timeout);
+  auto [bec, bn] = co_await http::async_read(stream, c.buffer, body_parser, use_tuple);
+  if (bec) {
+    c.reusable = false;
+    co_return fail("reading the body of " + request.method, request.target, bec);
+  }
+  response.body = std::move(body_parser.get().body());
+  co_return response;
+}
+
+task<result<http_response>> http_client::impl::exchange(const http_request& request, const scatter_list* dst,
+                                                        std::uint64_t* received, std::size_t body_limit) {
+  auto ex = co_await asio::this_coro::executor;
+  // A pooled connection may have been closed by the server while idle: when it fails before any
+  // response byte arrived, retry once on a fresh connection without charging the caller's budget.
+  for (int round = 0;; ++round) {
+    auto c = round == 0 ? take_idle(ex) : nullptr;
+    bool reused = c != nullptr;
+    if (!c) {
+      auto fresh = co_await connect(request.target);
+      if (!fresh) co_return fresh.error();
+      c = std::move(*fresh);
+    }
+    std::uint64_t before = received ? *received : 0;
+    auto r = c->plain ? co_await run(*c->plain, *c, request, dst, received, body_limit)
+                      : co_await run(*c->secure, *c, request, dst, received, body_limit);
+    bool nothing_arrived = !received || *received == before;
+    if (!r && reused && nothing_arrived && r.error().code == errc::network) continue;
+    c->lowest().expires_never();
+    give_back(std::move(c));
+    co_return r;
+  }
+}
+
+http_client::http_client() : impl_(std::make_unique<impl>()) {}
+http_client::~http_client() = default;
+
+result<std::shared_ptr<http_client>> http_client::create(http_endpoint endpoint, http_client_options options) {
+  std::shared_ptr<http_client> client(new http_client());
+  auto& im = *client->impl_;
+  im.endpoint = std::move(endpoint);
+  im.options = std::move(options);
+  if (im.endpoint.tls) {
+    im.tls.emplace(ssl::context::tls_client);
+    error_code ec;
+    if (!im.options.ca_file.empty()) im.tls->load_verify_file(im.options.ca_file, ec);
+    else im.tls->set_default_verify_paths(ec);
+    if (ec)
+      return make_error(errc::invalid_argument, im.endpoint.url_prefix() + ": cannot load CA certificates '" +
+                                                    im.options.ca_file + "': " + ec.message());
+    im.tls->set_verify_mode(im.options.verify_peer ? ssl::verify_peer : ssl::verify_none);
+  }
+  return client;
+}
+
+task<result<http_response>> http_client::exchange(const http_request& request, std::size_t body_limit_bytes) {
+  co_return co_await impl_->exchange(request, nullptr, nullptr, body_limit_bytes);
+}
+
+task<result<http_response>> http_client::exchange_into(const http_request& request, scatter_list dst,
+                                                       std::uint64_t& received_bytes) {
+  co_return co_await impl_->exchange(request, &dst, &received_bytes, 1 << 20);
+}
+
+const http_endpoint& http_client::endpoint() const noexcept { return impl_->endpoint; }
+const http_client_options& http_client::options() const noexcept { return impl_->options; }
+
+}  // namespace tz::net

@@ -1,0 +1,195 @@
+// Ranged-GET byte source over http_client (see ranged_source.hpp), plus the retry/backoff helpers.
+#include "ranged_source.hpp"
+
+#include "retry.hpp"
+#include "scatter.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <random>
+
+namespace tz::net {
+namespace asio = boost::asio;
+
+task<void> backoff_sleep(const retry_options& options, int attempt, std::string_view retry_after_header) {
+  using std::chrono::milliseconds;
+  long long cap = options.backoff_max.count();
+  long long delay = options.backoff_initial.count() << std::min(attempt - 1, 20);
+  delay = std::min<long long>(delay, cap);
+  thread_local std::minstd_rand random{std::random_device{}()};
+  delay = delay / 2 + static_cast<long long>(random() % static_cast<unsigned long long>(delay / 2 + 1));
+  long long seconds = 0;
+  auto [end, ec] = std::from_chars(retry_after_header.data(), retry_after_header.data() + retry_after_header.size(), seconds);
+  if (ec == std::errc{} && end == retry_after_header.data() + retry_after_header.size())
+    delay = std::min(std::max(delay, seconds * 1000), cap);
+  asio::steady_timer timer(co_await asio::this_coro::executor, milliseconds(delay));
+  boost::system::error_code ignored;
+  co_await timer.async_wait(asio::redirect_error(use_task, ignored));
+}
+
+error status_error(const http_response& response, const request_hooks& hooks, const std::string& what) {
+  std::string detail = hooks.describe ? hooks.describe(response) : std::string();
+  if (detail.empty()) detail = response.body.substr(0, 200);
+  std::string message = what + ": HTTP " + std::to_string(response.status) + (detail.empty() ? "" : " (" + detail + ")");
+  auto s = response.status;
+  if (s == 401 || s == 403) return make_error(errc::auth, message + ": credentials rejected");
+  if (s == 404) return make_error(errc::not_found, message + ": no such object");
+  if (s == 412) return make_error(errc::io, message + ": the object changed (ETag no longer matches)");
+  if (s == 416) return make_error(errc::invalid_argument, message + ": range not satisfiable");
+  return make_error(errc::network, message);
+}
+
+task<result<http_response>> exchange_with_retries(http_client& client, const std::function<http_request()>& make,
+                                                  const request_hooks& hooks, const retry_options& retry,
+                                                  const std::string& what, std::size_t body_limit_bytes) {
+  error last;
+  std::string retry_after;
+  for (int attempt = 1; attempt <= std::max(1, retry.attempts_max); ++attempt) {
+    if (attempt > 1) co_await backoff_sleep(retry, attempt - 1, retry_after);
+    auto request = make();
+    if (hooks.sign) hooks.sign(request);
+    auto response = co_await client.exchange(request, body_limit_bytes);
+    if (!response) {
+      last = response.error();
+      if (!retryable_error(last)) co_return last;
+      continue;
+    }
+    if (!retryable_status(response->status)) co_return response;
+    retry_after = std::string(response->header("Retry-After"));
+    last = status_error(*response, hooks, what);
+  }
+  co_return make_error(last.code, what + ": failed after " + std::to_string(std::max(1, retry.attempts_max)) +
+                                      " attempts, last: " + last.message);
+}
+
+ranged_source::ranged_source(std::string name, std::shared_ptr<http_client> client, std::string target,
+                             http_options options, request_hooks hooks)
+    : name_(std::move(name)), client_(std::move(client)), target_(std::move(target)),
+      options_(std::move(options)), hooks_(std::move(hooks)) {}
+
+task<result<ranged_source::object_info>> ranged_source::info() {
+  {
+    std::lock_guard lock(mutex_);
+    if (info_) co_return *info_;
+  }
+  auto make = [this] {
+    http_request request{"HEAD", target_};
+    for (const auto& [k, v] : options_.headers) request.headers.push_back({k, v});
+    return request;
+  };
+  auto response = co_await exchange_with_retries(*client_, make, hooks_, options_.retry, name_ + ": HEAD");
+  if (!response) co_return response.error();
+  if (response->status != 200) co_return status_error(*response, hooks_, name_ + ": HEAD");
+  if (response->header("Accept-Ranges") != "bytes")
+    co_return make_error(errc::unsupported, name_ + ": the server does not offer byte ranges (Accept-Ranges: '" +
+                                                std::string(response->header("Accept-Ranges")) + "')");
+  object_info found{response->content_length, std::string(response->header("ETag"))};
+  std::lock_guard lock(mutex_);
+  if (!info_) info_ = found;
+  co_return *info_;
+}
+
+task<result<std::uint64_t>> ranged_source::size() {
+  auto found = co_await info();
+  if (!found) co_return found.error();
+  co_return found->size_bytes;
+}
+
+result<void> ranged_source::check_range_response(const http_response& response, std::uint64_t first,
+                                                 std::uint64_t length, std::uint64_t size_bytes) const {
+  std::string where = name_ + ": range " + std::to_string(first) + "-" + std::to_string(first + length - 1);
+  bool whole = first == 0 && length == size_bytes;
+  if (response.status == 200 && !whole)
+    return make_error(errc::unsupported, where + ": the server ignored the Range header (HTTP 200)");
+  if (response.status == 206) {
+    std::string expected = "bytes " + std::to_string(first) + "-" + std::to_string(first + length - 1) + "/" +
+                           std::to_string(size_bytes);
+    if (response.header("Content-Range") != expected)
+      return make_error(errc::network, where + ": expected Content-Range '" + expected + "', got '" +
+                                           std::string(response.header("Content-Range")) + "'");
+  }
+  if (!response.body_streamed)
+    return make_error(errc::network, where + ": expected " + std::to_string(length) + " body bytes, got Content-Length " +
+                                         std::to_string(response.content_length));
+  return {};
+}
+
+task<result<void>> ranged_source::read_range(std::uint64_t offset_bytes, std::vector<std::span<std::byte>> dst,
+                                             std::string etag) {
+  const std::uint64_t total = scatter_size(dst);
+  std::uint64_t done = 0;
+  error last;
+  std::string retry_after;
+  int attempts = 0;
+  while (attempts < std::max(1, options_.retry.attempts_max)) {
+    if (attempts++ > 0) co_await backoff_sleep(options_.retry, attempts - 1, retry_after);
+    // Resume from the first byte not yet received.
+    auto rest = scatter_slice(dst, done, total - done);
+    std::uint64_t first = offset_bytes + done, last_byte = offset_bytes + total - 1;
+    http_request request{"GET", target_};
+    request.headers.push_back({"Range", "bytes=" + std::to_string(first) + "-" + std::to_string(last_byte)});
+    if (!etag.empty()) request.headers.push_back({"If-Match", etag});
+    for (const auto& [k, v] : options_.headers) request.headers.push_back({k, v});
+    if (hooks_.sign) hooks_.sign(request);
+    std::uint64_t got = 0;
+    auto response = co_await client_->exchange_into(request, rest, got);
+    done += got;
+    if (got > 0) attempts = std::min(attempts, 1);  // progress refills the budget
+    if (!response) {
+      last = response.error();
+      if (!retryable_error(last)) co_return last;
+      continue;
+    }
+    if (retryable_status(response->status)) {
+      retry_after = std::string(response->header("Retry-After"));
+      last = status_error(*response, hooks_, name_);
+      continue;
+    }
+    if (response->status != 200 && response->status != 206) co_return status_error(*response, hooks_, name_);
+    auto info_size = info_->size_bytes;
+    co_return check_range_response(*response, first, total - (first - offset_bytes), info_size);
+  }
+  co_return make_error(last.code, name_ + ": reading " + std::to_string(total) + " bytes at offset " +
+                                      std::to_string(offset_bytes) + " failed at offset " +
+                                      std::to_string(offset_bytes + done) + " after " + std::to_string(attempts) +
+                                      " attempts, last: " + last.message);
+}
+
+task<result<void>> ranged_source::read(std::uint64_t offset_bytes, scatter_list dst) {
+  const std::uint64_t total = scatter_size(dst);
+  auto found = co_await info();
+  if (!found) co_return found.error();
+  if (offset_bytes > found->size_bytes || total > found->size_bytes - offset_bytes)
+    co_return make_error(errc::invalid_argument, name_ + ": read of " + std::to_string(total) + " bytes at offset " +
+                                                     std::to_string(offset_bytes) + " is past the end (size " +
+                                                     std::to_string(found->size_bytes) + ")");
+  if (total == 0) co_return result<void>{};
+  std::uint64_t parts = std::clamp<std::uint64_t>(total / std::max<std::uint64_t>(options_.split_min_bytes, 1), 1,
+                                                  std::max<std::size_t>(options_.connections, 1));
+  if (parts == 1) co_return co_await read_range(offset_bytes, scatter_slice(dst, 0, total), found->etag);
+  auto ex = co_await asio::this_coro::executor;
+  using op_type = decltype(asio::co_spawn(ex, read_range(0, {}, {}), asio::deferred));
+  std::vector<op_type> ops;
+  const std::uint64_t part_bytes = (total + parts - 1) / parts;
+  for (std::uint64_t skip = 0; skip < total; skip += part_bytes) {
+    auto length = std::min(part_bytes, total - skip);
+    ops.push_back(asio::co_spawn(ex, read_range(offset_bytes + skip, scatter_slice(dst, skip, length), found->etag),
+                                 asio::deferred));
+  }
+  auto [order, exceptions, results] =
+      co_await asio::experimental::make_parallel_group(std::move(ops)).async_wait(asio::experimental::wait_for_all(), use_task);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (exceptions[i]) std::rethrow_exception(exceptions[i]);
+    if (!results[i]) co_return results[i].error();
+  }
+  co_return result<void>{};
+}
+
+}  // namespace tz::net

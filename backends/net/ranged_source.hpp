@@ -1,0 +1,60 @@
+// The byte_source behind http(s):// and s3:// URLs: HEAD for size/ETag, ranged GETs with If-Match,
+// retries that resume where a transfer stopped, and parallel sub-ranges. S3 plugs in request
+// signing and error-body decoding through hooks.
+#pragma once
+
+#include "http_client.hpp"
+#include "tz/http_source.hpp"
+
+#include <functional>
+#include <mutex>
+#include <optional>
+
+namespace tz::net {
+
+struct request_hooks {
+  // Adds authentication headers to a request just before each attempt (may be empty).
+  std::function<void(http_request&)> sign;
+  // Turns an error response into a short explanation ("S3 NoSuchKey: ..."); may be empty.
+  std::function<std::string(const http_response&)> describe;
+};
+
+// Maps a final non-success HTTP status to an error naming what and where.
+error status_error(const http_response& response, const request_hooks& hooks, const std::string& what);
+
+// Sends the request built by make() until it gets an answer that is not retryable (any status
+// other than 5xx/429) or the retry budget is spent. The last transport error or status is reported.
+task<result<http_response>> exchange_with_retries(http_client& client, const std::function<http_request()>& make,
+                                                  const request_hooks& hooks, const retry_options& retry,
+                                                  const std::string& what, std::size_t body_limit_bytes = 1 << 20);
+
+class ranged_source final : public byte_source {
+ public:
+  ranged_source(std::string name, std::shared_ptr<http_client> client, std::string target, http_options options,
+                request_hooks hooks);
+
+  const std::string& name() const noexcept override { return name_; }
+  task<result<std::uint64_t>> size() override;
+  task<result<void>> read(std::uint64_t offset_bytes, scatter_list dst) override;
+
+ private:
+  struct object_info {
+    std::uint64_t size_bytes = 0;
+    std::string etag;
+  };
+  task<result<object_info>> info();
+  task<result<void>> read_range(std::uint64_t offset_bytes, std::vector<std::span<std::byte>> dst,
+                                std::string etag);
+  result<void> check_range_response(const http_response& response, std::uint64_t first, std::uint64_t length,
+                                    std::uint64_t size_bytes) const;
+
+  std::string name_;
+  std::shared_ptr<http_client> client_;
+  std::string target_;
+  http_options options_;
+  request_hooks hooks_;
+  std::mutex mutex_;
+  std::optional<object_info> info_;
+};
+
+}  // namespace tz::net
