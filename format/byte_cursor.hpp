@@ -27,6 +27,7 @@ class byte_cursor {
 
   // Reads an unsigned little-endian integer of `width` bytes (1, 2, 4 or 8).
   result<std::uint64_t> uint(std::size_t width, std::string_view field) {
+    field_start_ = pos_;
     if (remaining() < width) return truncated(width, field);
     std::uint64_t v = 0;
     for (std::size_t i = 0; i < width; ++i)
@@ -36,6 +37,7 @@ class byte_cursor {
   }
 
   result<std::span<const std::byte>> take(std::uint64_t n, std::string_view field) {
+    field_start_ = pos_;
     if (remaining() < n) return truncated(n, field);
     auto out = bytes_.subspan(pos_, static_cast<std::size_t>(n));
     pos_ += static_cast<std::size_t>(n);
@@ -47,10 +49,11 @@ class byte_cursor {
     return std::string(reinterpret_cast<const char*>(b.data()), b.size());
   }
 
-  // An error naming the source, the structure, the field and the absolute offset.
+  // An error naming the source, the structure, the field and the absolute offset where the
+  // field starts (the last field read).
   error fail(std::string_view field, const std::string& why) const {
     return make_error(errc::format, std::string(source_) + ": " + what_ + ", field " + std::string(field) +
-                                        " at offset " + std::to_string(offset()) + ": " + why);
+                                        " at offset " + std::to_string(base_ + field_start_) + ": " + why);
   }
 
  private:
@@ -62,6 +65,7 @@ class byte_cursor {
   std::span<const std::byte> bytes_;
   std::uint64_t base_;
   std::size_t pos_ = 0;
+  std::size_t field_start_ = 0;
   std::string_view source_;
   std::string what_;
 };

@@ -1,0 +1,56 @@
+// Helpers shared by the format tests: reading files, the shared reference vectors, temp paths.
+#pragma once
+
+#include "result_printer.hpp"
+
+#include <boost/json.hpp>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace tz_test {
+
+inline std::filesystem::path vectors_dir() { return std::filesystem::path(TZ_SHARED_DIR) / "vectors"; }
+
+// Exits 77 (CTest "skipped") when the shared reference vectors are absent.
+inline void require_vectors() {
+  if (!std::filesystem::exists(vectors_dir() / "small_mixed.tensors")) std::exit(77);
+}
+
+inline std::vector<std::byte> read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(chars.size());
+  std::memcpy(out.data(), chars.data(), chars.size());
+  return out;
+}
+
+inline void write_file(const std::filesystem::path& p, const std::vector<std::byte>& b) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+}
+
+inline boost::json::value read_json(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return boost::json::parse(s);
+}
+
+// A fresh directory under the system temp dir, removed by the destructor.
+struct temp_dir {
+  std::filesystem::path path;
+  temp_dir() {
+    path = std::filesystem::temp_directory_path() / ("tz-test-" + std::to_string(::getpid()) + "-" +
+                                                     std::to_string(std::rand()));
+    std::filesystem::create_directories(path);
+  }
+  ~temp_dir() { std::filesystem::remove_all(path); }
+};
+
+}  // namespace tz_test
