@@ -63,19 +63,18 @@ for requirement in sys.argv[1:]:
 PY
 }
 
-# pip flags: Debian's own python3 refuses installs without this (PEP 668); pyenv/venv pythons accept them.
-pip_flags() {
-  if "$python" -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"], "EXTERNALLY-MANAGED")) else 1)' \
-      && [ -z "${VIRTUAL_ENV:-}" ]; then
-    printf '%s\n' --break-system-packages
-  fi
+# Debian's own python3 refuses pip installs without this flag (PEP 668); pyenv and venv pythons need none.
+pip_flags=()
+externally_managed() {
+  "$python" -c 'import os, sys, sysconfig
+sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["stdlib"], "EXTERNALLY-MANAGED")) else 1)'
 }
 
 # Refuses a resolution that would bring a CUDA torch (nvidia-*/cuda-* wheels, triton): several GB for nothing.
 resolution_is_cpu_only() {
   local report
   report=$(mktemp)
-  "$python" -m pip install $(pip_flags) --dry-run --quiet --report "$report" "${pip_requirements[@]}" \
+  "$python" -m pip install "${pip_flags[@]}" --dry-run --quiet --report "$report" "${pip_requirements[@]}" \
     2>/dev/null || { rm -f "$report"; return 1; }
   "$python" - "$report" <<'PY'
 import json, sys
@@ -100,19 +99,22 @@ install_python_peers() {
     log "Python peers: $python has no pip; installing python3-pip"
     DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends python3-pip
   fi
+  if [ -z "${VIRTUAL_ENV:-}" ] && externally_managed; then
+    pip_flags=(--break-system-packages)
+  fi
   if ! resolution_is_cpu_only; then
     log "WARNING: Python peers NOT installed (no CPU torch 2.13.0 wheel reachable); cross tests will skip"
     return
   fi
   log "Python peers: installing ${pip_requirements[*]} with $("$python" -m pip --version | cut -d' ' -f1-2)"
   # pip warns once per local index folder it does not have; that noise hides real messages.
-  "$python" -m pip install $(pip_flags) --quiet "${pip_requirements[@]}" 2>&1 \
+  "$python" -m pip install "${pip_flags[@]}" --quiet "${pip_requirements[@]}" 2>&1 \
     | { grep -v "^WARNING: Location 'file:" || true; }
   python_peers_present || { log "Python peers: still missing after install" >&2; exit 1; }
   log "Python peers: installed"
 }
 
 start_s=$SECONDS
-[ "${TZ_SKIP_APT:-0}" = 1 ] && log "Debian packages: skipped (TZ_SKIP_APT=1)" || install_debs
-[ "${TZ_SKIP_PIP:-0}" = 1 ] && log "Python peers: skipped (TZ_SKIP_PIP=1)" || install_python_peers
+if [ "${TZ_SKIP_APT:-0}" = 1 ]; then log "Debian packages: skipped (TZ_SKIP_APT=1)"; else install_debs; fi
+if [ "${TZ_SKIP_PIP:-0}" = 1 ]; then log "Python peers: skipped (TZ_SKIP_PIP=1)"; else install_python_peers; fi
 log "done in $((SECONDS - start_s)) s"
