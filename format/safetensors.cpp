@@ -208,7 +208,8 @@ result<void> check_coverage(const std::vector<st_tensor>& tensors, const entry_c
     if (begin > covered)
       return format_error(ctx.source, "data bytes [" + std::to_string(covered) + ", " + std::to_string(begin) +
                                           ") (file bytes " + std::to_string(base + covered) + ".." +
-                                          std::to_string(base + begin) + ") belong to no tensor (a hole before tensor " +
+                                          std::to_string(base + begin) +
+                                          ") belong to no tensor (a hole before tensor " +
                                           quoted(t.name) + " at " + offsets_text(begin, end, base) + ")");
     if (begin < covered)
       return format_error(ctx.source, "tensor " + quoted(t.name) + " at " + offsets_text(begin, end, base) +

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Checks a safetensors file written by our writer with the python library, for safetensors_test.
+"""Checks safetensors files written by our writer with the python library, for safetensors_test.
 
-Usage: st_check.py FILE MANIFEST. MANIFEST uses st_make.py's format (T and M lines; the file column
+Usage: st_check.py FILE MANIFEST [FILE MANIFEST ...] (one process, so torch is imported once). MANIFEST uses st_make.py's format (T and M lines; the file column
 is ignored). Every tensor must load with the expected dtype, shape and sha256 of its raw bytes,
 through safetensors.deserialize (every dtype) and safetensors.torch.load_file (the dtypes its torch
 loader knows); the metadata must match exactly. Prints what differs and exits 1 on a mismatch,
@@ -33,8 +33,8 @@ def read_manifest(path):
     return tensors, metadata
 
 
-def main():
-    path, manifest = sys.argv[1], sys.argv[2]
+def check(path, manifest):
+    """Returns the list of differences between the file and its manifest."""
     expected, expected_meta = read_manifest(manifest)
     problems = []
     with open(path, "rb") as f:
@@ -57,8 +57,18 @@ def main():
         meta = f.metadata() or {}
     if meta != expected_meta:
         problems.append(f"metadata {meta} != {expected_meta}")
+    return [f"st_check.py {path}: {p}" for p in problems]
+
+
+def main():
+    args = sys.argv[1:]
+    if not args or len(args) % 2:
+        sys.exit("usage: st_check.py FILE MANIFEST [FILE MANIFEST ...]")
+    problems = []
+    for i in range(0, len(args), 2):
+        problems += check(args[i], args[i + 1])
     for p in problems:
-        print(f"st_check.py {path}: {p}", file=sys.stderr)
+        print(p, file=sys.stderr)
     sys.exit(1 if problems else 0)
 
 
