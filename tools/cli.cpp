@@ -56,3 +56,19 @@ result<std::uint64_t> to_uint(const std::string& option, const std::string& text
 }
 
 }  // namespace tz::cli
+
+namespace tz::cli {
+
+result<std::optional<format::decryption>> decryption_from(const args& a) {
+  if (auto f = a.get("--decrypt-key-file")) {
+    TZ_TRY(key, crypto::secret_key::load_file(*f));
+    return std::optional<format::decryption>(format::decryption::from_key(std::move(key)));
+  }
+  if (auto f = a.get("--decrypt-passphrase-file")) {
+    TZ_TRY(pass, read_passphrase(*f));
+    return std::optional<format::decryption>(format::decryption::from_passphrase(std::move(pass)));
+  }
+  return std::optional<format::decryption>();
+}
+
+}  // namespace tz::cli

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tz/error.hpp"
+#include "tz/format/encryption.hpp"
 
 #include <cstdint>
 #include <map>
@@ -30,6 +31,14 @@ int usage_error(const std::string& cmd, const std::string& message, const char* 
 // Parses a non-negative integer option value.
 result<std::uint64_t> to_uint(const std::string& option, const std::string& text);
 
+// The --decrypt-key-file / --decrypt-passphrase-file options ("-" prompts on the terminal);
+// nullopt when neither is given. Secrets are never taken from the command line itself.
+// Reads a passphrase from a file, or from the terminal without echo when path is "-".
+result<crypto::passphrase> read_passphrase(const std::string& path);
+
+inline const std::vector<std::string> decrypt_options{"--decrypt-key-file", "--decrypt-passphrase-file"};
+result<std::optional<format::decryption>> decryption_from(const args& a);
+
 }  // namespace tz::cli
 
 // The subcommands; each returns the process exit code.
@@ -39,3 +48,4 @@ int cmd_verify(int argc, char** argv);
 int cmd_copy(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
 int cmd_synth(int argc, char** argv);
+int cmd_keygen(int argc, char** argv);

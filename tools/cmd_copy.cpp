@@ -12,10 +12,15 @@ using namespace tz;
 namespace {
 
 constexpr const char* copy_help =
-    "usage: tensorizer copy IN OUT\n"
+    "usage: tensorizer copy [decrypt options] [encrypt options] IN OUT\n"
     "  Reads every tensor of IN (checking its stored hashes) and writes them, in the same order with\n"
     "  the same names, types, module indices, dtypes and shapes, to OUT (atomically: a temporary file\n"
-    "  renamed into place). For unencrypted files written by tensorizer 2.11.1, OUT is byte-identical.\n";
+    "  renamed into place). For unencrypted files written by tensorizer 2.11.1, OUT is byte-identical.\n"
+    "  --decrypt-key-file F | --decrypt-passphrase-file F   open an encrypted IN\n"
+    "  --encrypt-key-file F | --encrypt-passphrase-file F   encrypt OUT (tensorizer-compatible)\n"
+    "  --kdf-preset min|interactive|moderate|sensitive      Argon2id cost for a passphrase (moderate)\n"
+    "  Passphrase files hold the passphrase (one trailing newline is ignored); '-' prompts.\n"
+    "  Adding, removing or changing encryption of an existing file is a copy with these options.\n";
 constexpr const char* synth_help =
     "usage: tensorizer synth OUT [--size-mib N] [--seed S]\n"
     "  Writes a deterministic transformer-shaped sample model of about N MiB (default 1024):\n"
@@ -67,18 +72,43 @@ std::vector<synth_tensor> synth_plan(std::uint64_t size_bytes) {
   return plan;
 }
 
+result<std::unique_ptr<format::tensorizer_encryptor>> encryptor_from(const cli::args& a) {
+  if (auto f = a.get("--encrypt-key-file")) {
+    TZ_TRY(key, crypto::secret_key::load_file(*f));
+    return std::make_unique<format::tensorizer_encryptor>(format::tensorizer_encryptor::from_key(std::move(key)));
+  }
+  auto f = a.get("--encrypt-passphrase-file");
+  if (!f) return std::unique_ptr<format::tensorizer_encryptor>();
+  const std::string preset = a.get("--kdf-preset").value_or("moderate");
+  crypto::kdf_preset p = crypto::kdf_moderate;
+  if (preset == "min") p = crypto::kdf_min;
+  else if (preset == "interactive") p = crypto::kdf_interactive;
+  else if (preset == "sensitive") p = crypto::kdf_sensitive;
+  else if (preset != "moderate") return make_error(errc::invalid_argument, "unknown --kdf-preset '" + preset + "'");
+  TZ_TRY(pass, cli::read_passphrase(*f));
+  TZ_TRY(enc, format::tensorizer_encryptor::from_passphrase(
+                  pass, crypto::kdf_params{p.opslimit, p.memlimit_bytes, crypto::alg_argon2id13, crypto::random_salt()}));
+  return std::make_unique<format::tensorizer_encryptor>(std::move(enc));
+}
+
 }  // namespace
 
 int cmd_copy(int argc, char** argv) {
-  auto a = cli::parse(argc, argv, 2, {}, {"--help"});
+  auto valued = cli::decrypt_options;
+  valued.insert(valued.end(), {"--encrypt-key-file", "--encrypt-passphrase-file", "--kdf-preset"});
+  auto a = cli::parse(argc, argv, 2, valued, {"--help"});
   if (!a) return cli::usage_error("copy", a.error().message, copy_help);
   if (a->has("--help")) return std::printf("%s", copy_help), 0;
   if (a->positional.size() != 2) return cli::usage_error("copy", "expected IN and OUT", copy_help);
   auto reader = format::file_reader::open(a->positional[0]);
   if (!reader) return cli::fail("copy", reader.error());
-  auto writer = format::tensor_writer::create(a->positional[1]);
+  auto decryption = cli::decryption_from(*a);
+  if (!decryption) return cli::fail("copy", decryption.error());
+  auto encryptor = encryptor_from(*a);
+  if (!encryptor) return cli::fail("copy", encryptor.error());
+  auto writer = format::tensor_writer::create(a->positional[1], {.encryptor = encryptor->get()});
   if (!writer) return cli::fail("copy", writer.error());
-  auto r = cli::walk_tensors(*reader, {.verify = true},
+  auto r = cli::walk_tensors(*reader, {.verify = true, .decryption = decryption->has_value() ? &**decryption : nullptr},
                              [&](std::size_t, const format::tensor_entry& e, const format::tensor_header& h,
                                  std::span<const std::byte> data) { return writer->write(as_write(e, h, data)); });
   if (!r) return cli::fail("copy", r.error());

@@ -15,12 +15,13 @@ constexpr const char* inspect_help =
     "  Prints the data version, feature flags and, per tensor: name, dtype, shape, tensor type,\n"
     "  module index, header offset, data offset and data length.\n";
 constexpr const char* hash_help =
-    "usage: tensorizer hash [--json] [--no-verify] FILE\n"
+    "usage: tensorizer hash [--json] [--no-verify] [--decrypt-key-file F | --decrypt-passphrase-file F] FILE\n"
     "  Prints the SHA-256 of each tensor's plaintext data bytes (C order; meta tensors: of the\n"
     "  zeros they load as). Checks every stored CRC32/SHA-256 on the way unless --no-verify.\n";
 constexpr const char* verify_help =
-    "usage: tensorizer verify FILE\n"
-    "  Checks every stored hash; prints a summary; exits 1 on the first mismatch.\n";
+    "usage: tensorizer verify [--decrypt-key-file F | --decrypt-passphrase-file F] FILE\n"
+    "  Checks every stored hash (after decryption); prints a summary; exits 1 on the first mismatch.\n"
+    "  Encrypted files need a key file or a passphrase file ('-' prompts on the terminal).\n";
 
 std::string shape_json(const std::vector<std::uint64_t>& shape) {
   std::string s = "[";
@@ -44,7 +45,7 @@ sha256_digest plaintext_sha(const format::tensor_entry& e, std::span<const std::
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
-  auto a = cli::parse(argc, argv, 2, {}, {"--json", "--help"});
+  auto a = cli::parse(argc, argv, 2, cli::decrypt_options, {"--json", "--help"});
   if (!a) return cli::usage_error("inspect", a.error().message, inspect_help);
   if (a->has("--help")) return std::printf("%s", inspect_help), 0;
   if (a->positional.size() != 1) return cli::usage_error("inspect", "expected one FILE", inspect_help);
@@ -81,7 +82,7 @@ int cmd_inspect(int argc, char** argv) {
 }
 
 int cmd_hash(int argc, char** argv) {
-  auto a = cli::parse(argc, argv, 2, {}, {"--json", "--no-verify", "--help"});
+  auto a = cli::parse(argc, argv, 2, cli::decrypt_options, {"--json", "--no-verify", "--help"});
   if (!a) return cli::usage_error("hash", a.error().message, hash_help);
   if (a->has("--help")) return std::printf("%s", hash_help), 0;
   if (a->positional.size() != 1) return cli::usage_error("hash", "expected one FILE", hash_help);
@@ -89,7 +90,9 @@ int cmd_hash(int argc, char** argv) {
   if (!reader) return cli::fail("hash", reader.error());
   const bool json = a->has("--json");
   std::string out = json ? "{\"tensors\":[" : "";
-  auto r = cli::walk_tensors(*reader, {.verify = !a->has("--no-verify")},
+  auto decryption = cli::decryption_from(*a);
+  if (!decryption) return cli::fail("hash", decryption.error());
+  auto r = cli::walk_tensors(*reader, {.verify = !a->has("--no-verify"), .decryption = decryption->has_value() ? &**decryption : nullptr},
                              [&](std::size_t i, const format::tensor_entry& e, const format::tensor_header&,
                                  std::span<const std::byte> data) -> result<void> {
                                const auto hex = to_hex(plaintext_sha(e, data));
@@ -105,14 +108,16 @@ int cmd_hash(int argc, char** argv) {
 }
 
 int cmd_verify(int argc, char** argv) {
-  auto a = cli::parse(argc, argv, 2, {}, {"--help"});
+  auto a = cli::parse(argc, argv, 2, cli::decrypt_options, {"--help"});
   if (!a) return cli::usage_error("verify", a.error().message, verify_help);
   if (a->has("--help")) return std::printf("%s", verify_help), 0;
   if (a->positional.size() != 1) return cli::usage_error("verify", "expected one FILE", verify_help);
   auto reader = format::file_reader::open(a->positional[0]);
   if (!reader) return cli::fail("verify", reader.error());
+  auto decryption = cli::decryption_from(*a);
+  if (!decryption) return cli::fail("verify", decryption.error());
   std::uint64_t bytes = 0, hashes = 0;
-  auto r = cli::walk_tensors(*reader, {.verify = true},
+  auto r = cli::walk_tensors(*reader, {.verify = true, .decryption = decryption->has_value() ? &**decryption : nullptr},
                              [&](std::size_t, const format::tensor_entry&, const format::tensor_header& h,
                                  std::span<const std::byte> data) -> result<void> {
                                bytes += data.size();

@@ -18,6 +18,7 @@ constexpr command commands[] = {
     {"verify", cmd_verify, "check every stored CRC32 / SHA-256"},
     {"copy", cmd_copy, "read every tensor and write a new file"},
     {"synth", cmd_synth, "write a deterministic sample model of a given size"},
+    {"keygen", cmd_keygen, "write a new random encryption key file"},
 };
 
 void print_help() {

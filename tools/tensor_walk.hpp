@@ -1,6 +1,7 @@
 // Walks every tensor of a .tensors file in file order: header, plaintext bytes, stored hashes checked.
 #pragma once
 
+#include "tz/format/encryption.hpp"
 #include "tz/format/file_reader.hpp"
 
 #include <functional>
@@ -9,10 +10,11 @@
 namespace tz::cli {
 
 struct walk_options {
-  bool verify = true;  // check the stored CRC32 / SHA-256 of every tensor
+  bool verify = true;                                // check the stored CRC32 / SHA-256 of every tensor
+  const format::decryption* decryption = nullptr;    // required for encrypted files
 };
 
-// Calls visit(i, entry, header, plaintext) for each tensor. Data-less (meta, zero-size) tensors
+// Calls visit(i, entry, header, plaintext) for each tensor (decrypted first when encrypted). Data-less (meta, zero-size) tensors
 // get an empty span. Stops at the first error from the file or from visit.
 using tensor_visitor = std::function<result<void>(std::size_t, const format::tensor_entry&,
                                                   const format::tensor_header&, std::span<const std::byte>)>;
