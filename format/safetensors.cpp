@@ -2,7 +2,7 @@
 #include "tz/format/safetensors.hpp"
 
 // Boost.JSON is used header-only: its implementation is compiled into this translation unit only.
-#include <boost/json/src.hpp>
+#include <boost/json.hpp>  // compiled once, in format/json.cpp
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -51,6 +51,11 @@ const st_dtype* lookup_dtype(std::string_view code) noexcept {
 }
 
 std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+// "tensor \"name\"", JSON-escaped so that control characters in a name stay visible.
+std::string tensor_label(std::string_view name) {
+  return "tensor " + json::serialize(json::string_view(name.data(), name.size()));
+}
 
 std::string shape_text(std::span<const std::uint64_t> shape) {
   std::string out = "[";
@@ -155,7 +160,7 @@ result<void> check_offsets(const std::string& where, const st_dtype& d, std::spa
 }
 
 result<st_tensor> parse_entry(std::string_view name, const json::value& v, const entry_context& ctx) {
-  const std::string where = "tensor " + json::serialize(json::string_view(name.data(), name.size()));
+  const std::string where = tensor_label(name);
   const auto* entry = v.if_object();
   if (!entry)
     return format_error(ctx.source, where + " is a JSON " + std::string(json::to_string(v.kind())) +
@@ -209,11 +214,11 @@ result<void> check_coverage(const std::vector<st_tensor>& tensors, const entry_c
       return format_error(ctx.source, "data bytes [" + std::to_string(covered) + ", " + std::to_string(begin) +
                                           ") (file bytes " + std::to_string(base + covered) + ".." +
                                           std::to_string(base + begin) +
-                                          ") belong to no tensor (a hole before tensor " +
-                                          quoted(t.name) + " at " + offsets_text(begin, end, base) + ")");
+                                          ") belong to no tensor (a hole before " +
+                                          tensor_label(t.name) + " at " + offsets_text(begin, end, base) + ")");
     if (begin < covered)
-      return format_error(ctx.source, "tensor " + quoted(t.name) + " at " + offsets_text(begin, end, base) +
-                                          " overlaps tensor " + quoted(previous->name) + " at " +
+      return format_error(ctx.source, tensor_label(t.name) + " at " + offsets_text(begin, end, base) +
+                                          " overlaps " + tensor_label(previous->name) + " at " +
                                           offsets_text(previous->data_begin - base, covered, base));
     covered = end;
     previous = &t;
@@ -262,6 +267,16 @@ const st_tensor* st_index::find(std::string_view name) const noexcept {
   return nullptr;
 }
 
+result<std::uint64_t> st_tensor_bytes(std::string_view code, std::span<const std::uint64_t> shape) {
+  const st_dtype* d = lookup_dtype(code);
+  if (!d) return make_error(errc::format, "dtype " + quoted(code) + " is not a safetensors dtype");
+  std::uint64_t bytes = 0;
+  std::string problem;
+  if (!tensor_bytes(*d, shape, bytes, problem))
+    return make_error(errc::format, "shape " + shape_text(shape) + " of dtype " + quoted(code) + ": " + problem);
+  return bytes;
+}
+
 result<st_dtype> find_st_dtype(std::string_view code) {
   if (const st_dtype* d = lookup_dtype(code)) return *d;
   return make_error(errc::format, "dtype " + quoted(code) + " is not a safetensors dtype");
@@ -288,7 +303,10 @@ result<std::uint64_t> st_header_length(std::span<const std::byte, 8> first8, std
 result<st_index> parse_safetensors_header(std::span<const std::byte> json_bytes, std::uint64_t file_bytes,
                                           std::string_view source) {
   const std::uint64_t header_bytes = json_bytes.size();
-  if (file_bytes < 8 || header_bytes > file_bytes - 8 || header_bytes > st_header_max_bytes)
+  if (header_bytes > st_header_max_bytes)
+    return format_error(source, "header of " + std::to_string(header_bytes) + " bytes is over the limit of " +
+                                    std::to_string(st_header_max_bytes));
+  if (file_bytes < 8 || header_bytes > file_bytes - 8)
     return format_error(source, "header of " + std::to_string(header_bytes) + " bytes does not fit a file of " +
                                     std::to_string(file_bytes) + " bytes");
   TZ_TRY(root, parse_json(json_bytes, source));

@@ -17,6 +17,7 @@ constexpr command commands[] = {
     {"hash", cmd_hash, "print the SHA-256 of every tensor's data (verifying stored hashes)"},
     {"verify", cmd_verify, "check every stored CRC32 / SHA-256"},
     {"copy", cmd_copy, "read every tensor and write a new file"},
+    {"convert", cmd_convert, "convert between safetensors and .tensors (by extension)"},
     {"synth", cmd_synth, "write a deterministic sample model of a given size"},
     {"keygen", cmd_keygen, "write a new random encryption key file"},
 };

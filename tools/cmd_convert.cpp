@@ -1,0 +1,165 @@
+// tensorizer convert: lossless safetensors <-> .tensors conversion, chosen by file extension.
+#include "cli.hpp"
+#include "tensor_walk.hpp"
+#include "tz/format/safetensors.hpp"
+#include "tz/format/writer.hpp"
+
+#include <boost/json.hpp>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+using namespace tz;
+
+namespace {
+
+constexpr const char* convert_help =
+    "usage: tensorizer convert [--decrypt-key-file F | --decrypt-passphrase-file F] IN OUT\n"
+    "  Converts between safetensors (*.safetensors) and tensorizer (*.tensors), by extension.\n"
+    "  .tensors -> safetensors keeps what safetensors cannot express (tensor type, module index,\n"
+    "  structured paths, meta tensors, file order) in the __metadata__ key \"tensorizer\", so the\n"
+    "  way back restores them: a 2.11.1 file converted there and back is byte-identical.\n";
+
+constexpr const char* meta_key = "tensorizer";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A read-only mapping of a whole file (zero-copy access to tensor bytes).
+struct mapped_file {
+  void* base = MAP_FAILED;
+  std::size_t size = 0;
+  ~mapped_file() {
+    if (base != MAP_FAILED) ::munmap(base, size);
+  }
+  std::span<const std::byte> bytes(std::uint64_t offset, std::uint64_t n) const {
+    return {static_cast<const std::byte*>(base) + offset, static_cast<std::size_t>(n)};
+  }
+};
+
+result<void> map_file(const std::string& path, mapped_file& m) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return make_error(errc::not_found, "file " + path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  ::fstat(fd, &st);
+  m.size = static_cast<std::size_t>(st.st_size);
+  if (m.size) m.base = ::mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (m.size && m.base == MAP_FAILED) return make_error(errc::io, "file " + path + ": cannot map: " + std::strerror(errno));
+  return {};
+}
+
+// The "tensorizer" metadata entry for one tensor: what safetensors itself cannot hold.
+boost::json::object describe(const format::tensor_entry& e, std::uint16_t module_index) {
+  boost::json::object o;
+  o["name"] = format::display_name(e.path);
+  o["stored_name"] = e.name;
+  o["type"] = static_cast<int>(e.type);
+  o["module_index"] = module_index;
+  o["meta"] = e.is_meta();
+  return o;
+}
+
+result<void> tensors_to_safetensors(const std::string& in, const std::string& out, const cli::args& a) {
+  TZ_TRY(reader, format::file_reader::open(in));
+  TZ_TRY(decryption, cli::decryption_from(a));
+  std::vector<std::vector<std::byte>> owned;  // plaintext copies (decrypted data, meta zeros)
+  std::vector<format::st_write_tensor> tensors;
+  boost::json::array info;
+  const auto& index = reader.index();
+  owned.reserve(index.tensors.size());
+  TZ_CHECK(cli::walk_tensors(reader, {.verify = true, .decryption = decryption ? &*decryption : nullptr},
+                             [&](std::size_t, const format::tensor_entry& e, const format::tensor_header& h,
+                                 std::span<const std::byte> data) -> result<void> {
+                               // dtypes safetensors lacks (complex, ...) travel as raw U8 bytes; the
+                               // metadata keeps the real dtype and shape for the way back.
+                               auto st_code = format::tensorizer_dtype_to_st(e.dtype);
+                               auto d = describe(e, h.module_index);
+                               if (!st_code) d["raw_dtype"] = e.dtype.stored;
+                               const std::string code = st_code ? *st_code : "U8";
+                               auto& bytes = owned.emplace_back(e.is_meta() ? e.deserialized_bytes : data.size());
+                               if (!e.is_meta()) std::memcpy(bytes.data(), data.data(), data.size());
+                               const auto shape = st_code ? e.shape : std::vector<std::uint64_t>{bytes.size()};
+                               if (!st_code) {
+                                 boost::json::array dims;
+                                 for (auto x : e.shape) dims.push_back(x);
+                                 d["raw_shape"] = std::move(dims);
+                               }
+                               tensors.push_back({format::display_name(e.path), code, shape, bytes});
+                               info.push_back(std::move(d));
+                               return {};
+                             }));
+  format::st_metadata metadata{{meta_key, boost::json::serialize(info)}};
+  return format::write_safetensors(out, tensors, metadata);
+}
+
+result<void> safetensors_to_tensors(const std::string& in, const std::string& out) {
+  TZ_TRY(index, format::read_safetensors_index(in));
+  mapped_file m;
+  TZ_CHECK(map_file(in, m));
+  // Restore tensorizer's order, types, module indices and paths when the file came from us.
+  boost::json::array info;
+  for (const auto& [k, v] : index.metadata)
+    if (k == meta_key) {
+      boost::system::error_code ec;
+      auto parsed = boost::json::parse(v, ec);
+      if (!ec && parsed.is_array()) info = parsed.as_array();
+    }
+  std::vector<const format::st_tensor*> order;
+  std::vector<const boost::json::object*> extra;
+  if (!info.empty()) {
+    for (const auto& item : info) {
+      if (!item.is_object() || !item.as_object().contains("name")) return make_error(errc::format, in + ": bad tensorizer metadata");
+      const auto* t = index.find(std::string(item.as_object().at("name").as_string()));
+      if (!t) return make_error(errc::format, in + ": tensorizer metadata names a missing tensor");
+      order.push_back(t), extra.push_back(&item.as_object());
+    }
+  } else {
+    for (const auto& t : index.tensors) order.push_back(&t), extra.push_back(nullptr);
+  }
+  TZ_TRY(writer, format::tensor_writer::create(out));
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const auto& t = *order[i];
+    TZ_TRY(dtype, format::st_dtype_to_tensorizer(t.dtype));
+    format::tensor_write w{format::plain_path(t.name), format::tensor_type::state_dict, 0, dtype, t.shape,
+                           m.bytes(t.data_begin, t.size_bytes()), false};
+    if (const auto* x = extra[i]) {
+      TZ_TRY(path, format::decode_name(std::string(x->at("stored_name").as_string())));
+      w.path = std::move(path);
+      w.type = static_cast<format::tensor_type>(x->at("type").to_number<int>() & 3);
+      w.module_index = x->at("module_index").to_number<std::uint16_t>();
+      w.meta = x->at("meta").as_bool();
+      if (w.meta) w.data = {};
+      if (x->contains("raw_dtype")) {
+        TZ_TRY(raw, format::parse_dtype(std::string(x->at("raw_dtype").as_string())));
+        w.dtype = std::move(raw);
+        w.shape.clear();
+        for (const auto& dim : x->at("raw_shape").as_array()) w.shape.push_back(dim.to_number<std::uint64_t>());
+      }
+    }
+    TZ_CHECK(writer.write(w));
+  }
+  return writer.close();
+}
+
+}  // namespace
+
+int cmd_convert(int argc, char** argv) {
+  auto a = cli::parse(argc, argv, 2, cli::decrypt_options, {"--help"});
+  if (!a) return cli::usage_error("convert", a.error().message, convert_help);
+  if (a->has("--help")) return std::printf("%s", convert_help), 0;
+  if (a->positional.size() != 2) return cli::usage_error("convert", "expected IN and OUT", convert_help);
+  const auto& in = a->positional[0];
+  const auto& out = a->positional[1];
+  result<void> r;
+  if (ends_with(in, ".tensors") && ends_with(out, ".safetensors")) r = tensors_to_safetensors(in, out, *a);
+  else if (ends_with(in, ".safetensors") && ends_with(out, ".tensors")) r = safetensors_to_tensors(in, out);
+  else return cli::usage_error("convert", "expected a .tensors and a .safetensors file, one each", convert_help);
+  if (!r) return cli::fail("convert", r.error());
+  return 0;
+}
