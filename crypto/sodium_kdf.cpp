@@ -13,6 +13,8 @@ namespace tz::crypto {
 
 // The constants in the header are tensorizer's view of libsodium 1.0.18; fail the build if the
 // libsodium we compile against disagrees, rather than write files other readers cannot open.
+// memlimit_bytes is passed to crypto_pwhash as a size_t; the range in the header assumes 64 bits.
+static_assert(sizeof(std::size_t) == 8, "tz::crypto assumes a 64-bit host");
 static_assert(crypto_secretbox_KEYBYTES == key_size_bytes);
 static_assert(crypto_secretbox_NONCEBYTES == nonce_size_bytes);
 static_assert(crypto_secretbox_MACBYTES == mac_size_bytes);

@@ -349,7 +349,11 @@ TEST_SUITE("keys") {
     CHECK(!load("\n"));
     CHECK(!load(""));
     CHECK(!crypto::passphrase::from_string(""));
-    CHECK(as_string(crypto::passphrase::from_string("pw")->bytes()) == "pw");
+    auto pass = crypto::passphrase::from_string("pw").value();
+    CHECK(as_string(pass.bytes()) == "pw");
+    const auto moved = std::move(pass);
+    CHECK(pass.bytes().empty());  // NOLINT(bugprone-use-after-move): checking the documented state
+    CHECK(as_string(moved.bytes()) == "pw");
   }
 }
 
@@ -381,8 +385,9 @@ TEST_SUITE("kdf") {
     CHECK(bad_alg.error().message.find("Unsupported pwhash algorithm (1)") != std::string::npos);
     CHECK(!crypto::validate(crypto::kdf_params{0, 8192}));
     CHECK(!crypto::validate(crypto::kdf_params{1, 8191}));
-    CHECK(!crypto::validate(crypto::kdf_params{std::uint64_t{1} << 32, 8192}, {~std::uint64_t{0}, ~std::uint64_t{0}}));
-    CHECK(!crypto::validate(crypto::kdf_params{1, crypto::memlimit_max_bytes + 1}, {~std::uint64_t{0}, ~std::uint64_t{0}}));
+    const crypto::kdf_limits unlimited{~std::uint64_t{0}, ~std::uint64_t{0}};
+    CHECK(!crypto::validate(crypto::kdf_params{std::uint64_t{1} << 32, 8192}, unlimited));
+    CHECK(!crypto::validate(crypto::kdf_params{1, crypto::memlimit_max_bytes + 1}, unlimited));
     const auto hostile = crypto::validate(crypto::kdf_params{1, std::uint64_t{1} << 40});
     REQUIRE(!hostile);
     CHECK(hostile.error().message.find("memlimit_max_bytes") != std::string::npos);
@@ -437,7 +442,9 @@ TEST_SUITE("reference") {
       const auto chunk_size = chunk.at("chunk_size").to_number<std::uint64_t>();
       const auto initial = array_from_hex<24>(chunk.at("nonce_hex").as_string());
       std::vector<crypto::mac> macs;
-      for (const auto& mac_hex : chunk.at("macs_hex").as_array()) macs.push_back(array_from_hex<16>(mac_hex.as_string()));
+      for (const auto& mac_hex : chunk.at("macs_hex").as_array()) {
+        macs.push_back(array_from_hex<16>(mac_hex.as_string()));
+      }
 
       std::vector<std::byte> data(file.at("data_length").to_number<std::size_t>());
       const auto offset = file.at("data_offset").to_number<off_t>();

@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tz::crypto {
@@ -130,8 +131,14 @@ class passphrase {
   static result<passphrase> load_file(const std::filesystem::path& path);
   static constexpr std::uint64_t passphrase_file_max_bytes = 1 << 20;
 
-  passphrase(passphrase&&) noexcept = default;
-  passphrase& operator=(passphrase&&) noexcept = default;
+  // A moved-from passphrase is empty (bytes() has size 0).
+  passphrase(passphrase&& other) noexcept
+      : buffer_(std::move(other.buffer_)), size_bytes_(std::exchange(other.size_bytes_, 0)) {}
+  passphrase& operator=(passphrase&& other) noexcept {
+    buffer_ = std::move(other.buffer_);
+    size_bytes_ = std::exchange(other.size_bytes_, 0);
+    return *this;
+  }
   passphrase(const passphrase&) = delete;
   passphrase& operator=(const passphrase&) = delete;
 
