@@ -91,14 +91,12 @@ result<void> check_inputs(std::span<const st_write_tensor> tensors, const st_met
     if (t.name == "__metadata__") return bad_argument(where + ": the name is reserved for the metadata map");
     auto dtype = find_st_dtype(t.dtype);
     if (!dtype) return bad_argument(where + ": " + dtype.error().message);
-    std::uint64_t elements = 1, bits = 0;
-    bool overflow = false;
-    for (auto dim : t.shape) overflow |= __builtin_mul_overflow(elements, dim, &elements);
-    overflow |= __builtin_mul_overflow(elements, std::uint64_t{dtype->bits}, &bits);
-    if (overflow || bits % 8 != 0 || bits / 8 != t.data.size())
-      return bad_argument(where + ": " + std::to_string(t.data.size()) + " data bytes do not hold the shape of " +
-                          std::to_string(t.shape.size()) + " dims x " + std::to_string(elements) + " elements of " +
-                          t.dtype + (overflow ? " (overflow)" : ""));
+    auto bytes = st_tensor_bytes(t.dtype, t.shape);
+    if (!bytes) return bad_argument(where + ": " + bytes.error().message);
+    if (*bytes != t.data.size())
+      return bad_argument(where + ": holds " + std::to_string(t.data.size()) + " data bytes, expected " +
+                          std::to_string(*bytes) + " for its " + std::to_string(t.shape.size()) + "-d shape of " +
+                          t.dtype);
     ranks.push_back(dtype->rank);
     names.push_back(t.name);
   }
@@ -109,10 +107,11 @@ result<void> check_inputs(std::span<const st_write_tensor> tensors, const st_met
     if (!valid_utf8(key) || !valid_utf8(value))
       return bad_argument("metadata entry " + shown(key) + " is not valid UTF-8");
   }
-  for (std::size_t i = 0; i < metadata.size(); ++i)
-    for (std::size_t j = 0; j < i; ++j)
-      if (metadata[i].first == metadata[j].first)
-        return bad_argument("metadata key " + shown(metadata[i].first) + " is given twice");
+  std::vector<std::string_view> keys;
+  for (const auto& entry : metadata) keys.push_back(entry.first);
+  std::sort(keys.begin(), keys.end());
+  if (auto dup = std::adjacent_find(keys.begin(), keys.end()); dup != keys.end())
+    return bad_argument("metadata key " + shown(*dup) + " is given twice");
   return {};
 }
 

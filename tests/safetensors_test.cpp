@@ -170,6 +170,19 @@ TEST_CASE("every byte-sized safetensors dtype maps to a .tensors dtype of the sa
   CHECK(st_dtype_to_tensorizer("f32").error().code == tz::errc::format);
 }
 
+TEST_CASE("tensor sizes count bits, so packed sub-byte dtypes must fill whole bytes") {
+  using shape = std::vector<std::uint64_t>;
+  CHECK(st_tensor_bytes("F32", shape{}).value() == 4);
+  CHECK(st_tensor_bytes("U8", shape{0, 5}).value() == 0);
+  CHECK(st_tensor_bytes("C64", shape{2, 3}).value() == 48);
+  CHECK(st_tensor_bytes("F4", shape{3, 8}).value() == 12);
+  CHECK(st_tensor_bytes("F6_E2M3", shape{4}).value() == 3);
+  CHECK(st_tensor_bytes("F4", shape{3}).error().message.find("do not fill whole bytes") != std::string::npos);
+  CHECK(st_tensor_bytes("U64", shape{1ull << 61}).error().message.find("overflow") != std::string::npos);
+  CHECK(st_tensor_bytes("U8", shape{1ull << 32, 1ull << 32}).error().code == tz::errc::format);
+  CHECK(st_tensor_bytes("X", shape{}).error().code == tz::errc::format);
+}
+
 TEST_CASE("tensorizer dtypes that safetensors cannot store are refused by name") {
   for (const char* torch : {"complex32", "complex128", "float4_e2m1fn_x2", "bits8"}) {
     const auto r = tensorizer_dtype_to_st(dtype_from_torch(torch).value());
@@ -232,7 +245,7 @@ TEST_CASE("the writer refuses bad tensors and leaves the destination untouched")
       {{{"w", "F32", {1}, four}, {"w", "I32", {1}, four}}, "\"w\" is given twice"},
       {{{"__metadata__", "F32", {1}, four}}, "reserved"},
       {{{"w", "F33", {1}, four}}, "F33"},
-      {{{"w", "F32", {2}, four}}, "4 data bytes"},
+      {{{"w", "F32", {2}, four}}, "holds 4 data bytes, expected 8"},
       {{{"w", "F4", {3}, std::span(four).first(1)}}, "\"w\""},
       {{{"w", "F32", {1ull << 62, 8}, four}}, "overflow"},
       {{{"bad\xff", "F32", {1}, four}}, "UTF-8"},

@@ -55,6 +55,11 @@ struct st_index {
 // Looks up a dtype code (case-sensitive). Fails with errc::format for a code safetensors lacks.
 result<st_dtype> find_st_dtype(std::string_view code);
 
+// Bytes of a tensor of this dtype and shape (elements x bits / 8; 1 element for shape []). Fails
+// with errc::format for an unknown code, an overflow of 64 bits, or a packed sub-byte tensor whose
+// bits do not fill whole bytes (python refuses those too).
+result<std::uint64_t> st_tensor_bytes(std::string_view code, std::span<const std::uint64_t> shape);
+
 // Decodes the 8-byte little-endian header length of a file of `file_bytes` bytes. Fails with
 // errc::format when it is zero, over st_header_max_bytes, or runs past the end of the file.
 // `source` names the file in messages ("file /models/a.safetensors").
