@@ -25,7 +25,9 @@ as_root() {
 # Prints the packages of "$@" that dpkg does not list as installed.
 missing_debs() {
   local installed
-  installed=$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "$@" 2>/dev/null | awk '$2 == "ii" {print $1}')
+  # dpkg-query exits 1 when any name is unknown to it; the names it does know are still printed.
+  installed=$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "$@" 2>/dev/null || true)
+  installed=$(awk '$2 == "ii" {print $1}' <<<"$installed")
   local p
   for p in "$@"; do
     grep -qx -- "$p" <<<"$installed" || printf '%s\n' "$p"
@@ -33,8 +35,10 @@ missing_debs() {
 }
 
 install_debs() {
-  local missing
-  mapfile -t missing < <(missing_debs "${apt_packages[@]}")
+  # A command substitution, not <(...): a failure in it must stop the script, not read as "none missing".
+  local missing_list missing=()
+  missing_list=$(missing_debs "${apt_packages[@]}")
+  if [ -n "$missing_list" ]; then mapfile -t missing <<<"$missing_list"; fi
   if [ "${#missing[@]}" -eq 0 ]; then
     log "Debian packages: all ${#apt_packages[@]} present"
     return
