@@ -1,8 +1,8 @@
 // safetensors: the dtype table, header parsing and validation, and the file-based index reader.
 #include "tz/format/safetensors.hpp"
 
-// Boost.JSON is used header-only: its implementation is compiled into this translation unit only.
-#include <boost/json.hpp>  // compiled once, in format/json.cpp
+// Boost.JSON's implementation is compiled once for the project, in format/json.cpp.
+#include <boost/json.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
