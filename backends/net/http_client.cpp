@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <atomic>
+#include <map>
 #include <mutex>
 #include <optional>
 
@@ -69,12 +71,66 @@ std::string http_endpoint::host_header() const {
 
 std::string http_endpoint::url_prefix() const { return (tls ? "https://" : "http://") + host_header(); }
 
+namespace {
+
+// Idle connections live in a service of the execution context that owns their sockets, so they are
+// closed when that context shuts down, and never reused from another (possibly newer) context.
+// Clients are told apart by a never-reused id; entries of destroyed clients are dropped lazily.
+class idle_connections final : public asio::execution_context::service {
+ public:
+  static inline asio::execution_context::id id;
+  explicit idle_connections(asio::execution_context& context) : service(context) {}
+
+  std::unique_ptr<connection> take(std::uint64_t client) {
+    std::lock_guard lock(mutex_);
+    auto& list = pools_[client].connections;
+    if (list.empty()) return nullptr;
+    auto c = std::move(list.back());
+    list.pop_back();
+    return c;
+  }
+
+  void put(std::uint64_t client, const std::shared_ptr<bool>& client_alive, std::unique_ptr<connection> c,
+           std::size_t idle_max) {
+    std::vector<std::unique_ptr<connection>> dropped;  // destroyed outside the lock
+    std::lock_guard lock(mutex_);
+    for (auto it = pools_.begin(); it != pools_.end();) {
+      if (it->second.alive.expired()) {
+        for (auto& old : it->second.connections) dropped.push_back(std::move(old));
+        it = pools_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    auto& pool = pools_[client];
+    pool.alive = client_alive;
+    if (pool.connections.size() < idle_max) pool.connections.push_back(std::move(c));
+    else dropped.push_back(std::move(c));
+  }
+
+ private:
+  void shutdown() override {
+    std::lock_guard lock(mutex_);
+    pools_.clear();
+  }
+  struct pool {
+    std::weak_ptr<bool> alive;
+    std::vector<std::unique_ptr<connection>> connections;
+  };
+  std::mutex mutex_;
+  std::map<std::uint64_t, pool> pools_;
+};
+
+std::atomic<std::uint64_t> next_client_id{1};
+
+}  // namespace
+
 struct http_client::impl {
   http_endpoint endpoint;
   http_client_options options;
   std::optional<ssl::context> tls;
-  std::mutex mutex;
-  std::vector<std::unique_ptr<connection>> idle;
+  std::uint64_t id = next_client_id++;
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 
   error fail(std::string_view stage, const std::string& target, error_code ec) const {
     errc code = errc::network;
@@ -83,22 +139,16 @@ struct http_client::impl {
     return make_error(code, endpoint.url_prefix() + target + ": " + std::string(stage) + " failed: " + ec.message());
   }
 
-  std::unique_ptr<connection> take_idle(const asio::any_io_executor& ex) {
-    std::lock_guard lock(mutex);
-    for (auto it = idle.begin(); it != idle.end(); ++it) {
-      if ((*it)->executor == ex) {
-        auto c = std::move(*it);
-        idle.erase(it);
-        return c;
-      }
-    }
-    return nullptr;
+  static idle_connections& idle_of(const asio::any_io_executor& ex) {
+    return asio::use_service<idle_connections>(asio::query(ex, asio::execution::context));
   }
+
+  std::unique_ptr<connection> take_idle(const asio::any_io_executor& ex) { return idle_of(ex).take(id); }
 
   void give_back(std::unique_ptr<connection> c) {
     if (!c || !c->reusable) return;
-    std::lock_guard lock(mutex);
-    if (idle.size() < options.idle_connections_max) idle.push_back(std::move(c));
+    auto ex = c->executor;
+    idle_of(ex).put(id, alive, std::move(c), options.idle_connections_max);
   }
 
   task<result<std::unique_ptr<connection>>> connect(const std::string& target);
@@ -244,8 +294,10 @@ task<result<http_response>> http_client::impl::exchange(const http_request& requ
       c = std::move(*fresh);
     }
     std::uint64_t before = received ? *received : 0;
-    auto r = c->plain ? co_await run(*c->plain, *c, request, dst, received, body_limit)
-                      : co_await run(*c->secure, *c, request, dst, received, body_limit);
+    // (No co_await inside ?: here: GCC 12 mis-compiles that.)
+    result<http_response> r = make_error(errc::network, "unreachable");
+    if (c->plain) r = co_await run(*c->plain, *c, request, dst, received, body_limit);
+    else r = co_await run(*c->secure, *c, request, dst, received, body_limit);
     bool nothing_arrived = !received || *received == before;
     if (!r && reused && nothing_arrived && r.error().code == errc::network) continue;
     c->lowest().expires_never();
