@@ -1,0 +1,152 @@
+// The public loading API: open a .tensors / safetensors source, list its tensors, load them to host.
+#pragma once
+
+#include "tz/byte_source.hpp"
+#include "tz/error.hpp"
+#include "tz/format/tensorizer.hpp"
+#include "tz/host_memory.hpp"
+#include "tz/load_plan.hpp"
+#include "tz/scheduler.hpp"
+#include "tz/task.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tz {
+
+enum class file_kind { tensorizer, safetensors };
+
+// Where a load is; passed to load_options::on_progress.
+struct load_progress {
+  std::uint64_t bytes_done = 0;
+  std::uint64_t bytes_total = 0;
+  std::size_t tensors_done = 0;
+  std::size_t tensors_total = 0;
+};
+
+// Wall-clock seconds of each stage. verify_s is the hashing time summed over the workers (it
+// overlaps the reads); total_s is the whole load, from the call to the last tensor ready.
+struct load_timings {
+  double open_s = 0;      // reading and parsing the index (at open())
+  double prepare_s = 0;   // planning and mapping the destination
+  double read_s = 0;      // first read issued to last read completed (pre-faulting included)
+  double verify_s = 0;
+  double total_s = 0;
+};
+
+// A per-range transform (decrypt in place, upload from the lease). When set, each range is read
+// into a lease of a ring sized readers x range_bytes, the stage runs on the lease on a worker
+// thread, and the pipeline then copies the tensor bytes to their destinations.
+class range_stage {
+ public:
+  virtual ~range_stage() = default;
+  // Transforms file bytes [range.offset_bytes, +length_bytes) held in `bytes` in place. May run
+  // concurrently for different ranges. An error fails the load.
+  virtual task<result<void>> transform(const load_range& range, std::span<std::byte> bytes) = 0;
+  // Chunk size the stage needs whole (e.g. the 2 MiB MAC chunks of encrypted tensors); 1 = any.
+  virtual std::uint64_t split_align_bytes() const noexcept { return 1; }
+};
+
+struct load_options {
+  // Reads in flight at once; 0 = automatic (two per worker thread). Each reader runs on one worker.
+  unsigned readers = 0;
+  // The largest single read; 0 = automatic (up to 16 MiB, smaller for small loads so every reader
+  // gets work).
+  std::uint64_t range_bytes = 0;
+  // Check each tensor's stored CRC32 / SHA-256 (.tensors only) on the workers, overlapped with reads.
+  bool verify = false;
+  // Pre-fault loader-owned memory (on the reading worker, just before each read).
+  bool prefault = true;
+  range_stage* stage = nullptr;
+  // Called after each completed range from a worker thread, never concurrently with itself.
+  std::function<void(const load_progress&)> on_progress;
+};
+
+// The tensors of one load. Owns the memory when the loader allocated it (one allocation per load).
+class loaded_tensors {
+ public:
+  std::size_t size() const noexcept { return views_.size(); }
+  // Index-order position i of this load (not the index position).
+  const format::tensor_entry& entry(std::size_t i) const noexcept { return *entries_[i]; }
+  // The tensor's bytes: dense C-order, deserialized_bytes long (zeros for meta tensors).
+  std::span<const std::byte> data(std::size_t i) const noexcept { return views_[i]; }
+  // The loaded tensor with this display name, if it was loaded.
+  std::optional<std::size_t> find(std::string_view name) const noexcept;
+  const load_timings& timings() const noexcept { return timings_; }
+  std::uint64_t bytes() const noexcept { return bytes_; }   // data bytes delivered
+
+ private:
+  friend class loader;
+  std::vector<const format::tensor_entry*> entries_;
+  std::vector<std::span<const std::byte>> views_;
+  host_buffer memory_;
+  load_timings timings_;
+  std::uint64_t bytes_ = 0;
+};
+
+// A caller-provided destination: tensor `index` (position in loader::index()) lands in `bytes`,
+// which must be exactly its deserialized_bytes long.
+struct tensor_destination {
+  std::size_t index = 0;
+  std::span<std::byte> bytes;
+};
+
+// An opened model file. Cheap to keep; it holds the index and the source. Loads may run one after
+// another or concurrently. The scheduler passed to a load must outlive it.
+class loader {
+ public:
+  // Reads and validates the index of `source` (a .tensors file, or safetensors when the magic is
+  // absent). Fails with errc::format naming the source and offset, errc::io from the source.
+  static task<result<loader>> async_open(std::shared_ptr<byte_source> source);
+  // Blocking forms of async_open for non-worker threads: as a result, or throwing tz::exception.
+  static result<loader> open(scheduler& sched, std::shared_ptr<byte_source> source);
+  static loader open_or_throw(scheduler& sched, std::shared_ptr<byte_source> source);
+
+  file_kind kind() const noexcept { return kind_; }
+  const format::file_index& index() const noexcept { return *index_; }
+  const byte_source& source() const noexcept { return *source_; }
+  double open_seconds() const noexcept { return open_s_; }
+  // Position of the tensor with this display name in index().tensors.
+  std::optional<std::size_t> find(std::string_view name) const;
+  // Positions of the tensors whose entry satisfies `keep`, in file order.
+  std::vector<std::size_t> select(const std::function<bool(const format::tensor_entry&)>& keep) const;
+
+  // Loads tensors `which` (positions in index(); empty: all) into one loader-owned allocation.
+  // Completes when every selected tensor is in memory (and verified, when asked). Fails with the
+  // first error: the source's, a header that disagrees with the index, a hash mismatch
+  // (errc::hash_mismatch naming the tensor), errc::unsupported for encrypted data without a stage.
+  task<result<loaded_tensors>> async_load(scheduler& sched, std::vector<std::size_t> which,
+                                          load_options options = {});
+  // Loads into caller memory: no copy, no allocation beyond small headers. Same failures, plus
+  // errc::invalid_argument for a destination of the wrong size or an unknown index.
+  task<result<load_timings>> async_load_into(scheduler& sched, std::vector<tensor_destination> dst,
+                                             load_options options = {});
+
+  // Blocking forms (call from a thread that is not a worker of `sched`), and throwing forms.
+  result<loaded_tensors> load(scheduler& sched, std::vector<std::size_t> which = {}, load_options options = {});
+  result<load_timings> load_into(scheduler& sched, std::vector<tensor_destination> dst, load_options options = {});
+  loaded_tensors load_or_throw(scheduler& sched, std::vector<std::size_t> which = {}, load_options options = {});
+
+  // Lazy access: reads only tensor `index` (its header and data in one read) into its own memory.
+  task<result<loaded_tensors>> async_load_tensor(scheduler& sched, std::size_t index, load_options options = {});
+
+  // Internal to engine/ (defined in engine/pipeline_request.hpp): one load's selection and plan.
+  struct pipeline_request;
+
+ private:
+  task<result<load_timings>> run_pipeline(scheduler& sched, pipeline_request& req);
+
+  file_kind kind_ = file_kind::tensorizer;
+  std::shared_ptr<byte_source> source_;
+  std::shared_ptr<const format::file_index> index_;
+  double open_s_ = 0;
+};
+
+}  // namespace tz

@@ -1,0 +1,132 @@
+// The loader: reading the index (.tensors or safetensors), selecting, planning, laying out memory.
+#include "pipeline_request.hpp"
+
+#include "tz/format/safetensors.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace tz {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+task<result<std::vector<std::byte>>> read_bytes(byte_source& src, std::uint64_t offset, std::uint64_t n) {
+  std::vector<std::byte> buf(n);
+  std::span<std::byte> one[1] = {buf};
+  auto ok = co_await src.read(offset, one);
+  if (!ok) co_return ok.error();
+  co_return buf;
+}
+
+task<result<format::file_index>> read_tensorizer_index(byte_source& src, std::uint64_t size) {
+  auto prefix = co_await read_bytes(src, 0, format::file_prefix_bytes);
+  if (!prefix) co_return prefix.error();
+  auto header = format::parse_file_header(*prefix, size, src.name());
+  if (!header) co_return header.error();
+  // parse_file_header checked that metadata_bytes is capped and inside the file.
+  auto metadata = co_await read_bytes(src, format::file_prefix_bytes, header->metadata_bytes);
+  if (!metadata) co_return metadata.error();
+  co_return format::parse_index(*header, *metadata, size, src.name());
+}
+
+// A safetensors tensor as a data-only entry: no per-tensor header, so header_offset == data_offset.
+format::tensor_entry entry_from_st(const format::st_tensor& t) {
+  format::tensor_entry e;
+  e.name = t.name;
+  e.path = format::plain_path(t.name);
+  e.type = format::tensor_type::state_dict;
+  if (auto d = format::st_dtype_to_tensorizer(t.dtype)) e.dtype = *d;
+  else e.dtype.stored = t.dtype;  // packed sub-byte codes: bytes still load, the dtype stays opaque
+  e.shape = t.shape;
+  e.element_count = 1;
+  for (auto d : t.shape) e.element_count *= d;
+  e.header_offset = e.data_offset = t.data_begin;
+  e.data_length = e.deserialized_bytes = t.size_bytes();
+  return e;
+}
+
+task<result<format::file_index>> read_safetensors_index(byte_source& src, std::uint64_t size) {
+  auto first = co_await read_bytes(src, 0, 8);
+  if (!first) co_return first.error();
+  auto n = format::st_header_length(std::span<const std::byte, 8>(first->data(), 8), size, src.name());
+  if (!n) co_return n.error();
+  auto json = co_await read_bytes(src, 8, *n);
+  if (!json) co_return json.error();
+  auto st = format::parse_safetensors_header(*json, size, src.name());
+  if (!st) co_return st.error();
+  format::file_index index;
+  index.source = src.name();
+  index.file_bytes = size;
+  index.header.tensor_count = st->tensors.size();
+  for (const auto& t : st->tensors) {
+    index.tensors.push_back(entry_from_st(t));
+    index.header.tensor_size += t.size_bytes();
+  }
+  co_return index;
+}
+
+}  // namespace
+
+task<result<loader>> loader::async_open(std::shared_ptr<byte_source> source) {
+  auto t0 = clock_type::now();
+  auto size = co_await source->size();
+  if (!size) co_return size.error();
+  if (*size < 8) co_return make_error(errc::format, source->name() + ": " + std::to_string(*size) +
+                                                        " bytes is too small for a .tensors or safetensors file");
+  auto magic = co_await read_bytes(*source, 0, format::magic_bytes);
+  if (!magic) co_return magic.error();
+  loader l;
+  l.kind_ = std::memcmp(magic->data(), "|TZR|", 5) == 0 ? file_kind::tensorizer : file_kind::safetensors;
+  // Two statements, not one ?: with a co_await in each arm: GCC 12 mishandles those temporaries.
+  result<format::file_index> index = make_error(errc::format, "");
+  if (l.kind_ == file_kind::tensorizer) {
+    index = co_await read_tensorizer_index(*source, *size);
+  } else {
+    index = co_await read_safetensors_index(*source, *size);
+  }
+  if (!index) co_return index.error();
+  l.index_ = std::make_shared<const format::file_index>(std::move(*index));
+  l.source_ = std::move(source);
+  l.open_s_ = seconds_since(t0);
+  co_return l;
+}
+
+result<loader> loader::open(scheduler& sched, std::shared_ptr<byte_source> source) {
+  return run(sched, async_open(std::move(source)));
+}
+
+loader loader::open_or_throw(scheduler& sched, std::shared_ptr<byte_source> source) {
+  return unwrap(open(sched, std::move(source)));
+}
+
+std::optional<std::size_t> loader::find(std::string_view name) const {
+  const auto& ts = index_->tensors;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].name == name || format::display_name(ts[i].path) == name) return i;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::size_t> loader::select(const std::function<bool(const format::tensor_entry&)>& keep) const {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < index_->tensors.size(); ++i) {
+    if (keep(index_->tensors[i])) out.push_back(i);
+  }
+  return out;
+}
+
+std::optional<std::size_t> loaded_tensors::find(std::string_view name) const noexcept {
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i]->name == name || format::display_name(entries_[i]->path) == name) return i;
+  }
+  return std::nullopt;
+}
+
+}  // namespace tz

@@ -1,0 +1,177 @@
+// The loader's load entry points: selection checks, options, plan, and the two destination layouts.
+#include "pipeline_request.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <new>
+#include <numeric>
+
+namespace tz {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+constexpr std::uint64_t meta_align_bytes = 64;
+
+std::uint64_t auto_range_bytes(std::uint64_t read_bytes, unsigned readers, std::uint64_t align) {
+  // Big reads amortise the per-read cost; at least ~4 ranges per reader balance the workers.
+  std::uint64_t target = read_bytes / (std::uint64_t{readers} * 4);
+  target = std::clamp<std::uint64_t>(target, 1 << 20, 16 << 20);
+  target = std::max<std::uint64_t>(target / (64 << 10) * (64 << 10), 64 << 10);
+  return std::max(align, target / align * align);
+}
+
+// Fills in the automatic knobs and plans the reads.
+void plan_request(loader::pipeline_request& req, const scheduler& sched) {
+  auto& o = req.options;
+  if (o.readers == 0) o.readers = 2 * sched.thread_count();
+  std::uint64_t align = o.stage ? std::max<std::uint64_t>(1, o.stage->split_align_bytes()) : 1;
+  std::uint64_t stored = 0;
+  for (const auto* e : req.selected) stored += e->end_offset() - e->header_offset;
+  if (o.range_bytes == 0) o.range_bytes = auto_range_bytes(stored, o.readers, align);
+  req.plan = make_plan(req.selected, req.with_headers, {o.range_bytes, 64 << 10, align});
+}
+
+}  // namespace
+
+// Checks a selection (positions in the index) and turns it into entries in file order.
+static result<std::vector<const format::tensor_entry*>> select_entries(const format::file_index& index,
+                                                                       std::vector<std::size_t> which,
+                                                                       const load_options& options) {
+  if (index.header.has_crypt_info() && options.stage == nullptr) {
+    return make_error(errc::unsupported, index.source + ": the tensor data is encrypted; load it with a "
+                                                        "decryption stage (load_options::stage)");
+  }
+  std::sort(which.begin(), which.end());
+  if (std::adjacent_find(which.begin(), which.end()) != which.end()) {
+    return make_error(errc::invalid_argument, index.source + ": a tensor was selected twice");
+  }
+  std::vector<const format::tensor_entry*> out;
+  out.reserve(which.size());
+  for (std::size_t i : which) {
+    if (i >= index.tensors.size()) {
+      return make_error(errc::invalid_argument, index.source + ": tensor position " + std::to_string(i) +
+                                                    " is out of range (the file has " +
+                                                    std::to_string(index.tensors.size()) + " tensors)");
+    }
+    const auto& e = index.tensors[i];
+    if (e.data_length > 0 && e.data_length != e.deserialized_bytes && options.stage == nullptr) {
+      return make_error(errc::unsupported, index.source + ": tensor " + e.name + " stores " +
+                                               std::to_string(e.data_length) + " bytes for " +
+                                               std::to_string(e.deserialized_bytes) + " loaded bytes");
+    }
+    out.push_back(&e);
+  }
+  return out;
+}
+
+task<result<loaded_tensors>> loader::async_load(scheduler& sched, std::vector<std::size_t> which,
+                                                load_options options) {
+  auto t0 = clock_type::now();
+  if (which.empty()) {
+    which.resize(index_->tensors.size());
+    std::iota(which.begin(), which.end(), std::size_t{0});
+  }
+  auto selected = select_entries(*index_, std::move(which), options);
+  if (!selected) co_return selected.error();
+  pipeline_request req;
+  req.selected = std::move(*selected);
+  req.options = std::move(options);
+  req.with_headers = kind_ == file_kind::tensorizer;
+  plan_request(req, sched);
+
+  // One allocation: the mirror of the selected runs, then zeros for meta tensors.
+  std::uint64_t zero_offset = (req.plan.mirror_bytes + meta_align_bytes - 1) / meta_align_bytes * meta_align_bytes;
+  std::uint64_t total = zero_offset;
+  for (const auto* e : req.selected) {
+    if (e->is_meta()) total += (e->deserialized_bytes + meta_align_bytes - 1) / meta_align_bytes * meta_align_bytes;
+  }
+  loaded_tensors out;
+  try {
+    out.memory_ = host_buffer(total);
+  } catch (const std::bad_alloc&) {
+    co_return make_error(errc::io, source_->name() + ": cannot map " + std::to_string(total) + " bytes for the load");
+  }
+  req.mirror_base = out.memory_.data();
+  for (std::size_t slot = 0; slot < req.selected.size(); ++slot) {
+    const auto& e = *req.selected[slot];
+    std::span<std::byte> dst;
+    if (e.data_length > 0) {
+      dst = {req.mirror_base + req.plan.mirror_data_offset[slot], e.deserialized_bytes};
+    } else if (e.is_meta()) {
+      dst = {req.mirror_base + zero_offset, e.deserialized_bytes};  // the mapping starts zeroed
+      zero_offset += (e.deserialized_bytes + meta_align_bytes - 1) / meta_align_bytes * meta_align_bytes;
+    }
+    req.data_dst.push_back(dst);
+  }
+  double prepare_s = seconds_since(t0);
+  auto timings = co_await run_pipeline(sched, req);
+  if (!timings) co_return timings.error();
+  out.timings_ = *timings;
+  out.timings_.open_s = open_s_;
+  out.timings_.prepare_s = prepare_s;
+  out.timings_.total_s = seconds_since(t0);
+  out.entries_ = std::move(req.selected);
+  for (const auto& d : req.data_dst) {
+    out.views_.emplace_back(d.data(), d.size());
+    out.bytes_ += d.size();
+  }
+  co_return out;
+}
+
+task<result<load_timings>> loader::async_load_into(scheduler& sched, std::vector<tensor_destination> dst,
+                                                   load_options options) {
+  auto t0 = clock_type::now();
+  std::sort(dst.begin(), dst.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+  std::vector<std::size_t> which;
+  for (const auto& d : dst) which.push_back(d.index);
+  auto selected = select_entries(*index_, std::move(which), options);
+  if (!selected) co_return selected.error();
+  pipeline_request req;
+  req.selected = std::move(*selected);
+  for (std::size_t slot = 0; slot < dst.size(); ++slot) {
+    const auto& e = *req.selected[slot];
+    if (dst[slot].bytes.size() != e.deserialized_bytes) {
+      co_return make_error(errc::invalid_argument, source_->name() + ": destination for tensor " + e.name + " is " +
+                                                       std::to_string(dst[slot].bytes.size()) + " bytes, expected " +
+                                                       std::to_string(e.deserialized_bytes));
+    }
+    if (e.is_meta()) std::memset(dst[slot].bytes.data(), 0, dst[slot].bytes.size());
+    req.data_dst.push_back(dst[slot].bytes);
+  }
+  req.options = std::move(options);
+  req.with_headers = kind_ == file_kind::tensorizer;
+  plan_request(req, sched);
+  req.side.resize(req.plan.side_bytes);
+  double prepare_s = seconds_since(t0);
+  auto timings = co_await run_pipeline(sched, req);
+  if (!timings) co_return timings.error();
+  timings->open_s = open_s_;
+  timings->prepare_s = prepare_s;
+  timings->total_s = seconds_since(t0);
+  co_return *timings;
+}
+
+task<result<loaded_tensors>> loader::async_load_tensor(scheduler& sched, std::size_t index, load_options options) {
+  return async_load(sched, {index}, std::move(options));
+}
+
+result<loaded_tensors> loader::load(scheduler& sched, std::vector<std::size_t> which, load_options options) {
+  return run(sched, async_load(sched, std::move(which), std::move(options)));
+}
+
+result<load_timings> loader::load_into(scheduler& sched, std::vector<tensor_destination> dst, load_options options) {
+  return run(sched, async_load_into(sched, std::move(dst), std::move(options)));
+}
+
+loaded_tensors loader::load_or_throw(scheduler& sched, std::vector<std::size_t> which, load_options options) {
+  return unwrap(load(sched, std::move(which), std::move(options)));
+}
+
+}  // namespace tz

@@ -1,0 +1,2 @@
+# loader_test: plans, filtered/lazy/caller-memory loads, fault injection, stages, reference vectors.
+tz_add_doctest(loader_test SOURCES loader_test.cpp LIBS tz::engine tz::backends)

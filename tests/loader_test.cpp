@@ -1,0 +1,316 @@
+// The loader: bytes equal the reference manifests; filtered, lazy, caller-memory and staged loads;
+// faults surfaced with the source and offset; few large reads rather than one per tensor.
+#include "tz/file_source.hpp"
+#include "tz/format/safetensors.hpp"
+#include "tz/format/writer.hpp"
+#include "tz/hash.hpp"
+#include "tz/loader.hpp"
+#include "tz/memory_source.hpp"
+
+#include <boost/json/src.hpp>
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+namespace {
+
+std::string vectors_dir() { return std::string(TZ_SHARED_DIR) + "/vectors"; }
+
+std::vector<std::byte> slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(c.size());
+  std::memcpy(out.data(), c.data(), c.size());
+  return out;
+}
+
+// header_offset -> sha256 hex of the tensor's bytes, from a reference manifest.
+std::map<std::uint64_t, std::string> manifest_hashes(const std::string& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto doc = boost::json::parse(text);
+  std::map<std::uint64_t, std::string> out;
+  for (const auto& t : doc.at("tensors").as_array()) {
+    auto off = t.at("file").at("header_offset").to_number<std::uint64_t>();
+    out[off] = std::string(t.at("sha256").as_string());
+  }
+  return out;
+}
+
+std::string sha_hex(std::span<const std::byte> b) {
+  auto d = tz::sha256(b);
+  return tz::to_hex(d);
+}
+
+// A small .tensors file written by the project's writer: `count` tensors of varied sizes.
+std::vector<std::byte> make_tensors_file(const std::string& path, std::size_t count, std::size_t base_bytes) {
+  auto writer = tz::format::tensor_writer::create(path);
+  REQUIRE(writer.has_value());
+  auto f32 = tz::format::dtype_from_torch("torch.float32").value();
+  for (std::size_t i = 0; i < count; ++i) {
+    std::size_t n = base_bytes / 4 + i * 3;
+    std::vector<float> v(n);
+    for (std::size_t k = 0; k < n; ++k) v[k] = static_cast<float>(i * 1000 + k);
+    tz::format::tensor_write t;
+    t.path = tz::format::plain_path("t" + std::to_string(i));
+    t.dtype = f32;
+    t.shape = {n};
+    t.data = std::as_bytes(std::span<const float>(v));
+    REQUIRE(writer->write(t).has_value());
+  }
+  REQUIRE(writer->close().has_value());
+  return slurp(path);
+}
+
+std::string temp_path(const char* stem) {
+  return std::string(TZ_BINARY_DIR) + "/loader_test_" + stem + "_" + std::to_string(::getpid());
+}
+
+// Expected bytes of tensor i of make_tensors_file.
+bool tensor_matches(std::span<const std::byte> got, std::size_t i, std::size_t base_bytes) {
+  std::size_t n = base_bytes / 4 + i * 3;
+  if (got.size() != n * 4) return false;
+  for (std::size_t k = 0; k < n; ++k) {
+    float f;
+    std::memcpy(&f, got.data() + 4 * k, 4);
+    if (f != static_cast<float>(i * 1000 + k)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("loaded bytes equal the reference manifests (verified, two workers)") {
+  if (!std::filesystem::exists(vectors_dir() + "/small_mixed.tensors")) std::exit(77);
+  tz::scheduler sched(2);
+  for (const char* name : {"small_mixed", "module", "nested", "meta_v4"}) {
+    CAPTURE(name);
+    auto src = tz::file_source::open(vectors_dir() + "/" + name + ".tensors").value();
+    auto l = tz::loader::open(sched, src);
+    REQUIRE(l.has_value());
+    auto hashes = manifest_hashes(vectors_dir() + "/" + name + ".manifest.json");
+    tz::load_options o;
+    o.verify = true;
+    auto loaded = l->load(sched, {}, o);
+    REQUIRE_MESSAGE(loaded.has_value(), (loaded ? "" : loaded.error().message));
+    CHECK(loaded->size() == hashes.size());
+    for (std::size_t i = 0; i < loaded->size(); ++i) {
+      CAPTURE(loaded->entry(i).name);
+      CHECK(sha_hex(loaded->data(i)) == hashes.at(loaded->entry(i).header_offset));
+    }
+  }
+}
+
+TEST_CASE("an encrypted file is refused until a decryption stage exists") {
+  if (!std::filesystem::exists(vectors_dir() + "/encrypted.tensors")) std::exit(77);
+  tz::scheduler sched(1);
+  auto l = tz::loader::open(sched, tz::file_source::open(vectors_dir() + "/encrypted.tensors").value()).value();
+  auto r = l.load(sched);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == tz::errc::unsupported);
+}
+
+TEST_CASE("many small tensors load with a few large reads, not one read per tensor") {
+  auto path = temp_path("small");
+  auto bytes = make_tensors_file(path, 200, 1000);
+  std::remove(path.c_str());
+  auto src = std::make_shared<tz::memory_source>(bytes, "mem-small");
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, src).value();
+  auto reads_before = src->reads();
+  tz::load_options o;
+  o.verify = true;
+  auto loaded = l.load(sched, {}, o).value();
+  CHECK(src->reads() - reads_before <= 2);
+  REQUIRE(loaded.size() == 200);
+  for (std::size_t i = 0; i < 200; ++i) CHECK(tensor_matches(loaded.data(i), i, 1000));
+}
+
+TEST_CASE("a filtered load reads only around the selected tensors; a lazy load reads one range") {
+  auto path = temp_path("filter");
+  auto bytes = make_tensors_file(path, 40, 256 << 10);
+  std::remove(path.c_str());
+  auto src = std::make_shared<tz::memory_source>(bytes, "mem-filter");
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, src).value();
+  auto odd = l.select([](const tz::format::tensor_entry& e) { return (e.name.back() - '0') % 2 == 1; });
+  REQUIRE(odd.size() == 20);
+  auto loaded = l.load(sched, odd).value();
+  REQUIRE(loaded.size() == 20);
+  std::uint64_t expected_bytes = 0;
+  for (std::size_t i = 0; i < loaded.size(); ++i) {
+    std::size_t n = std::stoul(loaded.entry(i).name.substr(1));
+    CHECK(n % 2 == 1);
+    CHECK(tensor_matches(loaded.data(i), n, 256 << 10));
+    expected_bytes += loaded.entry(i).deserialized_bytes;
+  }
+  CHECK(loaded.bytes() == expected_bytes);
+
+  auto idx = l.find("t17");
+  REQUIRE(idx.has_value());
+  auto before = src->reads();
+  auto one = tz::run(sched, l.async_load_tensor(sched, *idx)).value();
+  CHECK(src->reads() - before == 1);
+  REQUIRE(one.size() == 1);
+  CHECK(tensor_matches(one.data(0), 17, 256 << 10));
+  CHECK(one.find("t17") == std::optional<std::size_t>(0));
+}
+
+TEST_CASE("a load into caller memory fills exactly the given spans") {
+  auto path = temp_path("into");
+  auto bytes = make_tensors_file(path, 10, 100000);
+  std::remove(path.c_str());
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, std::make_shared<tz::memory_source>(bytes)).value();
+  std::vector<std::vector<std::byte>> bufs;
+  std::vector<tz::tensor_destination> dst;
+  for (std::size_t i : {7u, 2u, 5u}) {
+    bufs.emplace_back(l.index().tensors[i].deserialized_bytes);
+    dst.push_back({i, bufs.back()});
+  }
+  tz::load_options o;
+  o.verify = true;
+  o.range_bytes = 64 << 10;  // split tensors over several reads
+  REQUIRE(l.load_into(sched, dst, o).has_value());
+  CHECK(tensor_matches(bufs[0], 7, 100000));
+  CHECK(tensor_matches(bufs[1], 2, 100000));
+  CHECK(tensor_matches(bufs[2], 5, 100000));
+  std::vector<std::byte> wrong(3);
+  auto bad = l.load_into(sched, {{1, wrong}});
+  REQUIRE_FALSE(bad.has_value());
+  CHECK(bad.error().code == tz::errc::invalid_argument);
+}
+
+TEST_CASE("short reads and transient errors are absorbed; a hard error fails the load naming the offset") {
+  auto path = temp_path("faults");
+  auto bytes = make_tensors_file(path, 16, 300000);
+  std::remove(path.c_str());
+  auto src = std::make_shared<tz::memory_source>(bytes, "mem-faults");
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, src).value();
+  src->set_attempt_max_bytes(100000);
+  for (std::uint64_t off = 300000; off < bytes.size(); off += 700001) {
+    src->inject({off, tz::injected_fault::kind::short_read, 1});
+    src->inject({off + 5, tz::injected_fault::kind::interrupted, 2});
+    src->inject({off + 9, tz::injected_fault::kind::again, 3});
+  }
+  tz::load_options o;
+  o.verify = true;
+  o.range_bytes = 1 << 20;
+  auto ok = l.load(sched, {}, o);
+  REQUIRE(ok.has_value());
+  for (std::size_t i = 0; i < 16; ++i) CHECK(tensor_matches(ok->data(i), i, 300000));
+
+  std::uint64_t bad_offset = bytes.size() - 1000;
+  src->inject({bad_offset, tz::injected_fault::kind::hard, 0});
+  auto failed = l.load(sched, {}, o);
+  REQUIRE_FALSE(failed.has_value());
+  CHECK(failed.error().code == tz::errc::io);
+  CHECK(failed.error().message.find("mem-faults") != std::string::npos);
+  CHECK(failed.error().message.find("offset") != std::string::npos);
+}
+
+TEST_CASE("a corrupted byte fails verification naming the tensor") {
+  auto path = temp_path("corrupt");
+  auto bytes = make_tensors_file(path, 5, 4000);
+  std::remove(path.c_str());
+  tz::scheduler sched(2);
+  auto clean = tz::loader::open(sched, std::make_shared<tz::memory_source>(bytes)).value();
+  auto e = clean.index().tensors[3];
+  bytes[e.data_offset + 10] ^= std::byte{1};
+  auto l = tz::loader::open(sched, std::make_shared<tz::memory_source>(bytes)).value();
+  CHECK(l.load(sched).has_value());  // without verify, nothing checks the data
+  tz::load_options o;
+  o.verify = true;
+  auto r = l.load(sched, {}, o);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == tz::errc::hash_mismatch);
+  CHECK(r.error().message.find("t3") != std::string::npos);
+}
+
+namespace {
+// A stage that XORs every byte: applied to an XORed file it restores the plain bytes.
+struct xor_stage final : tz::range_stage {
+  std::atomic<int> calls{0};
+  tz::task<tz::result<void>> transform(const tz::load_range&, std::span<std::byte> bytes) override {
+    ++calls;
+    for (auto& b : bytes) b ^= std::byte{0x5a};
+    co_return tz::result<void>{};
+  }
+};
+}  // namespace
+
+TEST_CASE("a range stage runs on leases and its output reaches the destinations") {
+  auto path = temp_path("stage");
+  auto bytes = make_tensors_file(path, 12, 200000);
+  std::remove(path.c_str());
+  tz::scheduler sched(2);
+  auto plain = tz::loader::open(sched, std::make_shared<tz::memory_source>(bytes)).value();
+  auto scrambled = bytes;
+  for (const auto& e : plain.index().tensors) {
+    for (std::uint64_t k = e.header_offset; k < e.end_offset(); ++k) scrambled[k] ^= std::byte{0x5a};
+  }
+  auto l = tz::loader::open(sched, std::make_shared<tz::memory_source>(scrambled)).value();
+  xor_stage stage;
+  tz::load_options o;
+  o.stage = &stage;
+  o.verify = true;
+  o.range_bytes = 256 << 10;
+  auto r = l.load(sched, {}, o);
+  REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error().message));
+  CHECK(stage.calls > 4);
+  for (std::size_t i = 0; i < 12; ++i) CHECK(tensor_matches(r->data(i), i, 200000));
+}
+
+TEST_CASE("a safetensors file loads through the same pipeline") {
+  auto path = temp_path("st") + ".safetensors";
+  std::vector<float> a(1000), b(70000);
+  for (std::size_t k = 0; k < a.size(); ++k) a[k] = static_cast<float>(k);
+  for (std::size_t k = 0; k < b.size(); ++k) b[k] = static_cast<float>(k) * 0.5f;
+  std::vector<tz::format::st_write_tensor> ts{
+      {"a", "F32", {1000}, std::as_bytes(std::span<const float>(a))},
+      {"b.weight", "F32", {700, 100}, std::as_bytes(std::span<const float>(b))}};
+  REQUIRE(tz::format::write_safetensors(path, ts).has_value());
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, tz::file_source::open(path).value());
+  std::remove(path.c_str());
+  REQUIRE(l.has_value());
+  CHECK(l->kind() == tz::file_kind::safetensors);
+  auto r = l->load(sched).value();
+  auto ia = r.find("a"), ib = r.find("b.weight");
+  REQUIRE((ia && ib));
+  CHECK(std::memcmp(r.data(*ia).data(), a.data(), a.size() * 4) == 0);
+  CHECK(std::memcmp(r.data(*ib).data(), b.data(), b.size() * 4) == 0);
+}
+
+TEST_CASE("progress is reported up to the total and stage timings are filled in") {
+  auto path = temp_path("progress");
+  auto bytes = make_tensors_file(path, 8, 500000);
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, tz::file_source::open(path, {true, false}).value()).value();
+  std::remove(path.c_str());
+  std::uint64_t last = 0, total = 0;
+  int calls = 0;
+  tz::load_options o;
+  o.verify = true;
+  o.range_bytes = 1 << 20;
+  o.on_progress = [&](const tz::load_progress& p) {
+    CHECK(p.bytes_done >= last);
+    last = p.bytes_done;
+    total = p.bytes_total;
+    ++calls;
+  };
+  auto r = l.load(sched, {}, o).value();
+  CHECK(calls >= 4);
+  CHECK(last == total);
+  CHECK(r.timings().total_s > 0);
+  CHECK(r.timings().read_s > 0);
+  CHECK(r.timings().verify_s > 0);
+  for (std::size_t i = 0; i < 8; ++i) CHECK(tensor_matches(r.data(i), i, 500000));
+}
