@@ -1,0 +1,45 @@
+// Redis byte source and sink for tensorizer's "virtual file" layout (FORMAT.md §13): keys
+// "<prefix>:<name>:<offset>" whose values are the file's bytes at that offset.
+#pragma once
+
+#include "tz/byte_source.hpp"
+#include "tz/error.hpp"
+#include "tz/http_source.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace tz {
+
+struct redis_options {
+  std::chrono::milliseconds timeout{30'000};  // connect and each blocking command
+  std::size_t connections = 4;                // blocking worker threads, one connection each
+  std::uint64_t piece_bytes = 8ull << 20;     // GETRANGE / APPEND size: large bulk replies are slow in hiredis
+  retry_options retry;
+};
+
+// Opens redis://host[:port]/prefix. The key list is built on first use: SCAN "<prefix>:*", keys
+// sorted by the integer after their last ':', STRLEN of each; size() is the end of the last key.
+// Keys are sent as binary-safe argv, so names with spaces or quotes work. All blocking hiredis
+// calls run on the source's own worker threads; the awaiting coroutine is resumed on its executor.
+// Errors: errc::not_found (no keys under the prefix, or a gap in the byte layout),
+// errc::network (after the retry budget), errc::invalid_argument (bad URL, read past the end).
+result<std::unique_ptr<byte_source>> open_redis_source(const redis_options& options, std::string url);
+
+// One key of a virtual file: <prefix>:<name>:<offset_bytes> = bytes.
+struct redis_range {
+  std::string name;
+  std::uint64_t offset_bytes = 0;
+  std::span<const std::byte> bytes;
+};
+
+// Writes ranges as keys under url's prefix (SET, then APPEND in piece_bytes pieces, pipelined), on
+// a worker thread of its own. The format layer decides the ranges (header block, per-tensor header,
+// per-tensor data). Existing keys are overwritten. Completes when Redis acknowledged every command.
+task<result<void>> write_virtual_file(const redis_options& options, std::string url,
+                                      std::span<const redis_range> ranges);
+
+}  // namespace tz

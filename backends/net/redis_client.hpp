@@ -1,0 +1,77 @@
+// Blocking hiredis 0.14 helpers for the Redis source/sink: connections, binary-safe argv commands,
+// a small connection pool, and running blocking work off the caller's event loop.
+#pragma once
+
+#include "tz/error.hpp"
+#include "tz/http_source.hpp"
+#include "tz/task.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+struct redisContext;
+struct redisReply;
+
+namespace tz::net {
+
+struct redis_context_free {
+  void operator()(redisContext* c) const noexcept;
+};
+struct redis_reply_free {
+  void operator()(redisReply* r) const noexcept;
+};
+using redis_context_ptr = std::unique_ptr<redisContext, redis_context_free>;
+using redis_reply_ptr = std::unique_ptr<redisReply, redis_reply_free>;
+
+// Connections to one server, handed out to blocking work one at a time.
+class redis_pool {
+ public:
+  redis_pool(std::string host, int port, std::chrono::milliseconds timeout, retry_options retry);
+
+  // Runs work(ctx) with a connection, reconnecting and retrying (with backoff) while the
+  // connection itself fails (ctx->err set); other errors are returned as they are. Blocking.
+  result<void> with_connection(const std::function<result<void>(redisContext&)>& work, const std::string& what);
+
+  const std::string& address() const noexcept { return address_; }
+
+ private:
+  result<redis_context_ptr> connect();
+  std::string host_;
+  int port_;
+  std::string address_;  // "redis://host:port"
+  std::chrono::milliseconds timeout_;
+  retry_options retry_;
+  std::mutex mutex_;
+  std::vector<redis_context_ptr> idle_;
+};
+
+// Sends one binary-safe command (argv, never an inline string) and waits for its reply.
+redis_reply_ptr redis_command(redisContext& ctx, const std::vector<std::string_view>& argv);
+// Queues one binary-safe command for pipelining; replies are collected with redis_next_reply.
+bool redis_append(redisContext& ctx, const std::vector<std::string_view>& argv);
+redis_reply_ptr redis_next_reply(redisContext& ctx);
+
+// Describes a failed command: the connection error, or the server's error reply.
+std::string redis_failure(redisContext& ctx, const redisReply* reply);
+
+template <class T>
+task<T> call_blocking(std::function<T()> work) {
+  co_return work();
+}
+
+// Runs blocking work on pool and resumes the awaiting coroutine on its own executor. (A plain
+// coroutine function rather than a capturing coroutine lambda: GCC 12 mis-handles the latter.)
+template <class T>
+task<T> run_blocking(boost::asio::thread_pool& pool, std::function<T()> work) {
+  co_return co_await boost::asio::co_spawn(pool, call_blocking<T>(std::move(work)), use_task);
+}
+
+}  // namespace tz::net

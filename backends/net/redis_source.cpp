@@ -1,0 +1,273 @@
+// Redis byte source and virtual-file sink (FORMAT.md §13) on blocking hiredis worker threads.
+#include "tz/redis_source.hpp"
+
+#include "redis_client.hpp"
+#include "scatter.hpp"
+#include "tz/uri.hpp"
+
+#include <hiredis/hiredis.h>
+
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/this_coro.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <optional>
+
+namespace tz {
+namespace {
+
+namespace asio = boost::asio;
+using net::redis_pool;
+
+struct key_entry {
+  std::string key;
+  std::uint64_t offset_bytes = 0;
+  std::uint64_t size_bytes = 0;
+};
+
+// SCAN's MATCH is a glob: escape the prefix so that only the literal prefix matches.
+std::string glob_escape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::optional<std::uint64_t> offset_of(std::string_view key) {
+  auto colon = key.rfind(':');
+  if (colon == std::string_view::npos || colon + 1 == key.size()) return std::nullopt;
+  std::uint64_t value = 0;
+  auto [end, ec] = std::from_chars(key.data() + colon + 1, key.data() + key.size(), value);
+  if (ec != std::errc{} || end != key.data() + key.size()) return std::nullopt;
+  return value;
+}
+
+// SCAN <prefix>:* then STRLEN each key (pipelined); keys sorted by offset.
+result<void> list_keys(redisContext& ctx, const std::string& prefix, std::vector<key_entry>& out) {
+  out.clear();
+  std::string cursor = "0", pattern = glob_escape(prefix) + ":*";
+  do {
+    auto reply = net::redis_command(ctx, {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2)
+      return make_error(errc::network, "SCAN: " + net::redis_failure(ctx, reply.get()));
+    cursor.assign(reply->element[0]->str, reply->element[0]->len);
+    const redisReply* keys = reply->element[1];
+    for (std::size_t i = 0; i < keys->elements; ++i) {
+      std::string key(keys->element[i]->str, keys->element[i]->len);
+      if (auto offset = offset_of(key)) out.push_back({std::move(key), *offset, 0});
+    }
+  } while (cursor != "0");
+  for (const auto& k : out) net::redis_append(ctx, {"STRLEN", k.key});
+  for (auto& k : out) {
+    auto reply = net::redis_next_reply(ctx);
+    if (!reply || reply->type != REDIS_REPLY_INTEGER)
+      return make_error(errc::network, "STRLEN " + k.key + ": " + net::redis_failure(ctx, reply.get()));
+    k.size_bytes = static_cast<std::uint64_t>(reply->integer);
+  }
+  std::sort(out.begin(), out.end(), [](const key_entry& a, const key_entry& b) {
+    return a.offset_bytes != b.offset_bytes ? a.offset_bytes < b.offset_bytes : a.size_bytes < b.size_bytes;
+  });
+  return {};
+}
+
+struct piece {
+  const key_entry* key;
+  std::uint64_t start;  // within the key's value
+  std::uint64_t length;
+};
+
+// Pipelined GETRANGEs, a few in flight, each reply copied into dst at the cursor.
+result<void> read_pieces(redisContext& ctx, const std::vector<piece>& pieces, scatter_list dst) {
+  constexpr std::size_t window = 4;
+  net::scatter_cursor cursor(dst);
+  std::size_t sent = 0;
+  for (std::size_t done = 0; done < pieces.size(); ++done) {
+    for (; sent < pieces.size() && sent < done + window; ++sent) {
+      const auto& p = pieces[sent];
+      net::redis_append(ctx, {"GETRANGE", p.key->key, std::to_string(p.start), std::to_string(p.start + p.length - 1)});
+    }
+    auto reply = net::redis_next_reply(ctx);
+    const auto& p = pieces[done];
+    std::string what = "GETRANGE " + p.key->key + " " + std::to_string(p.start);
+    if (!reply || reply->type != REDIS_REPLY_STRING)
+      return make_error(errc::network, what + ": " + net::redis_failure(ctx, reply.get()));
+    if (static_cast<std::uint64_t>(reply->len) != p.length)
+      return make_error(errc::io, what + ": expected " + std::to_string(p.length) + " bytes, got " +
+                                      std::to_string(reply->len) + " (the key changed?)");
+    cursor.copy_in({reinterpret_cast<const std::byte*>(reply->str), static_cast<std::size_t>(reply->len)});
+  }
+  return {};
+}
+
+class redis_source final : public byte_source {
+ public:
+  redis_source(std::string url, parsed_uri uri, const redis_options& options)
+      : name_(std::move(url)), prefix_(uri.target), options_(options),
+        pool_(uri.host, uri.port, options.timeout, options.retry), workers_(std::max<std::size_t>(options.connections, 1)) {}
+  ~redis_source() override { workers_.join(); }
+
+  const std::string& name() const noexcept override { return name_; }
+
+  task<result<std::uint64_t>> size() override {
+    auto indexed = co_await ensure_index();
+    if (!indexed) co_return indexed.error();
+    co_return keys_.empty() ? 0 : keys_.back().offset_bytes + keys_.back().size_bytes;
+  }
+
+  task<result<void>> read(std::uint64_t offset_bytes, scatter_list dst) override;
+
+ private:
+  task<result<void>> ensure_index();
+  result<std::vector<piece>> plan(std::uint64_t offset_bytes, std::uint64_t length) const;
+  task<result<void>> read_part(std::uint64_t offset_bytes, std::vector<std::span<std::byte>> dst);
+
+  std::string name_;
+  std::string prefix_;
+  redis_options options_;
+  redis_pool pool_;
+  asio::thread_pool workers_;
+  std::mutex mutex_;
+  bool indexed_ = false;
+  std::vector<key_entry> keys_;
+};
+
+task<result<void>> redis_source::ensure_index() {
+  {
+    std::lock_guard lock(mutex_);
+    if (indexed_) co_return result<void>{};
+  }
+  auto listed = co_await net::run_blocking<result<std::vector<key_entry>>>(workers_, [this]() -> result<std::vector<key_entry>> {
+    std::vector<key_entry> keys;
+    auto r = pool_.with_connection([&](redisContext& ctx) { return list_keys(ctx, prefix_, keys); }, "listing keys");
+    if (!r) return r.error();
+    return keys;
+  });
+  if (!listed) co_return make_error(listed.error().code, name_ + ": " + listed.error().message);
+  if (listed->empty()) co_return make_error(errc::not_found, name_ + ": no keys match '" + prefix_ + ":<name>:<offset>'");
+  std::lock_guard lock(mutex_);
+  if (!indexed_) keys_ = std::move(*listed);
+  indexed_ = true;
+  co_return result<void>{};
+}
+
+// The GETRANGE pieces covering [offset, offset + length), or an error naming the first gap.
+result<std::vector<piece>> redis_source::plan(std::uint64_t offset_bytes, std::uint64_t length) const {
+  std::vector<piece> pieces;
+  // Keys are sorted by (offset, size), so their ends never decrease.
+  auto it = std::partition_point(keys_.begin(), keys_.end(),
+                                 [&](const key_entry& k) { return k.offset_bytes + k.size_bytes <= offset_bytes; });
+  std::uint64_t at = offset_bytes, end = offset_bytes + length;
+  for (; at < end && it != keys_.end(); ++it) {
+    if (it->size_bytes == 0 || it->offset_bytes + it->size_bytes <= at) continue;
+    if (it->offset_bytes > at) break;  // gap
+    std::uint64_t stop = std::min(end, it->offset_bytes + it->size_bytes);
+    for (std::uint64_t p = at; p < stop; p += options_.piece_bytes)
+      pieces.push_back({&*it, p - it->offset_bytes, std::min(options_.piece_bytes, stop - p)});
+    at = stop;
+  }
+  if (at < end)
+    return make_error(errc::not_found, name_ + ": no key holds byte offset " + std::to_string(at) + " (reading " +
+                                           std::to_string(length) + " bytes at offset " + std::to_string(offset_bytes) + ")");
+  return pieces;
+}
+
+task<result<void>> redis_source::read_part(std::uint64_t offset_bytes, std::vector<std::span<std::byte>> dst) {
+  auto pieces = plan(offset_bytes, net::scatter_size(dst));
+  if (!pieces) co_return pieces.error();
+  auto r = co_await net::run_blocking<result<void>>(workers_, [&]() -> result<void> {
+    return pool_.with_connection([&](redisContext& ctx) { return read_pieces(ctx, *pieces, dst); }, "GETRANGE");
+  });
+  if (!r) co_return make_error(r.error().code, name_ + ": reading at offset " + std::to_string(offset_bytes) + ": " + r.error().message);
+  co_return r;
+}
+
+task<result<void>> redis_source::read(std::uint64_t offset_bytes, scatter_list dst) {
+  auto size_bytes = co_await size();
+  if (!size_bytes) co_return size_bytes.error();
+  const std::uint64_t total = net::scatter_size(dst);
+  if (offset_bytes > *size_bytes || total > *size_bytes - offset_bytes)
+    co_return make_error(errc::invalid_argument, name_ + ": read of " + std::to_string(total) + " bytes at offset " +
+                                                     std::to_string(offset_bytes) + " is past the end (size " +
+                                                     std::to_string(*size_bytes) + ")");
+  std::uint64_t parts = std::clamp<std::uint64_t>(total / (2 * options_.piece_bytes), 1, std::max<std::size_t>(options_.connections, 1));
+  if (parts == 1) co_return co_await read_part(offset_bytes, net::scatter_slice(dst, 0, total));
+  auto ex = co_await asio::this_coro::executor;
+  using op_type = decltype(asio::co_spawn(ex, read_part(0, {}), asio::deferred));
+  std::vector<op_type> ops;
+  const std::uint64_t part_bytes = (total + parts - 1) / parts;
+  for (std::uint64_t skip = 0; skip < total; skip += part_bytes) {
+    auto length = std::min(part_bytes, total - skip);
+    ops.push_back(asio::co_spawn(ex, read_part(offset_bytes + skip, net::scatter_slice(dst, skip, length)), asio::deferred));
+  }
+  auto [order, exceptions, results] =
+      co_await asio::experimental::make_parallel_group(std::move(ops)).async_wait(asio::experimental::wait_for_all(), use_task);
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (exceptions[i]) std::rethrow_exception(exceptions[i]);
+    if (!results[i]) co_return results[i].error();
+  }
+  co_return result<void>{};
+}
+
+result<parsed_uri> parse_redis_url(const std::string& url) {
+  TZ_TRY(uri, parse_uri(url));
+  if (uri.scheme != "redis") return make_error(errc::invalid_argument, "'" + url + "' is not a redis:// URL");
+  if (uri.target.empty()) return make_error(errc::invalid_argument, "'" + url + "' has no key prefix");
+  return uri;
+}
+
+// SET the first piece of each value, APPEND the rest, with a window of commands in flight.
+result<void> write_ranges(redisContext& ctx, const std::string& prefix, std::span<const redis_range> ranges,
+                          std::uint64_t piece_bytes) {
+  struct command {
+    std::string key;
+    bool first;
+    std::span<const std::byte> bytes;
+  };
+  std::vector<command> commands;
+  for (const auto& r : ranges) {
+    std::string key = prefix + ":" + r.name + ":" + std::to_string(r.offset_bytes);
+    for (std::uint64_t at = 0; at == 0 || at < r.bytes.size(); at += piece_bytes)
+      commands.push_back({key, at == 0, r.bytes.subspan(at, std::min<std::uint64_t>(piece_bytes, r.bytes.size() - at))});
+  }
+  constexpr std::size_t window = 8;
+  std::size_t sent = 0;
+  for (std::size_t done = 0; done < commands.size(); ++done) {
+    for (; sent < commands.size() && sent < done + window; ++sent) {
+      const auto& c = commands[sent];
+      std::string_view value(reinterpret_cast<const char*>(c.bytes.data()), c.bytes.size());
+      net::redis_append(ctx, {c.first ? "SET" : "APPEND", c.key, value});
+    }
+    auto reply = net::redis_next_reply(ctx);
+    if (!reply || reply->type == REDIS_REPLY_ERROR)
+      return make_error(errc::network, (commands[done].first ? "SET " : "APPEND ") + commands[done].key + ": " +
+                                           net::redis_failure(ctx, reply.get()));
+  }
+  return {};
+}
+
+}  // namespace
+
+result<std::unique_ptr<byte_source>> open_redis_source(const redis_options& options, std::string url) {
+  TZ_TRY(uri, parse_redis_url(url));
+  return std::unique_ptr<byte_source>(std::make_unique<redis_source>(std::move(url), std::move(uri), options));
+}
+
+task<result<void>> write_virtual_file(const redis_options& options, std::string url, std::span<const redis_range> ranges) {
+  auto uri = parse_redis_url(url);
+  if (!uri) co_return uri.error();
+  redis_pool pool(uri->host, uri->port, options.timeout, options.retry);
+  asio::thread_pool worker(1);
+  auto r = co_await net::run_blocking<result<void>>(worker, [&]() -> result<void> {
+    return pool.with_connection([&](redisContext& ctx) { return write_ranges(ctx, uri->target, ranges, options.piece_bytes); },
+                                "writing the virtual file");
+  });
+  worker.join();
+  if (!r) co_return make_error(r.error().code, url + ": " + r.error().message);
+  co_return r;
+}
+
+}  // namespace tz
