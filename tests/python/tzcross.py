@@ -21,7 +21,7 @@ def import_peers():
     try:
         import tensorizer  # noqa: F401
         import torch  # noqa: F401
-    except ImportError as error:
+    except (ImportError, OSError) as error:  # OSError: libnacl finds no libsodium
         print(f"skipped: the Python peers are not importable ({error}); run scripts/setup.sh")
         sys.exit(SKIP_EXIT_CODE)
     version = getattr(tensorizer, "__version__", "?")
