@@ -80,20 +80,41 @@ task<result<ranged_source::object_info>> ranged_source::info() {
     if (info_) co_return *info_;
   }
   auto make = [this] {
-    http_request request{"HEAD", target_};
+    http_request request{hooks_.size_by_range_get ? "GET" : "HEAD", target_};
+    if (hooks_.size_by_range_get) request.headers.push_back({"Range", "bytes=0-0"});
     for (const auto& [k, v] : options_.headers) request.headers.push_back({k, v});
     return request;
   };
-  auto response = co_await exchange_with_retries(*client_, make, hooks_, options_.retry, name_ + ": HEAD");
+  std::string what = name_ + (hooks_.size_by_range_get ? ": GET bytes=0-0" : ": HEAD");
+  auto response = co_await exchange_with_retries(*client_, make, hooks_, options_.retry, what);
   if (!response) co_return response.error();
-  if (response->status != 200) co_return status_error(*response, hooks_, name_ + ": HEAD");
-  if (response->header("Accept-Ranges") != "bytes")
-    co_return make_error(errc::unsupported, name_ + ": the server does not offer byte ranges (Accept-Ranges: '" +
-                                                std::string(response->header("Accept-Ranges")) + "')");
-  object_info found{response->content_length, std::string(response->header("ETag"))};
+  auto found = hooks_.size_by_range_get ? info_from_range(*response) : info_from_head(*response);
+  if (!found) co_return found.error();
   std::lock_guard lock(mutex_);
-  if (!info_) info_ = found;
+  if (!info_) info_ = *found;
   co_return *info_;
+}
+
+result<ranged_source::object_info> ranged_source::info_from_head(const http_response& response) const {
+  if (response.status != 200) return status_error(response, hooks_, name_ + ": HEAD");
+  if (response.header("Accept-Ranges") != "bytes")
+    return make_error(errc::unsupported, name_ + ": the server does not offer byte ranges (Accept-Ranges: '" +
+                                             std::string(response.header("Accept-Ranges")) + "')");
+  return object_info{response.content_length, std::string(response.header("ETag"))};
+}
+
+// 206 with "Content-Range: bytes 0-0/<size>", or 416 with "bytes */0" for an empty object.
+result<ranged_source::object_info> ranged_source::info_from_range(const http_response& response) const {
+  auto range = response.header("Content-Range");
+  auto slash = range.rfind('/');
+  std::uint64_t size_bytes = 0;
+  bool parsed = slash != std::string_view::npos &&
+                std::from_chars(range.data() + slash + 1, range.data() + range.size(), size_bytes).ec == std::errc{};
+  if ((response.status == 206 || (response.status == 416 && size_bytes == 0)) && parsed)
+    return object_info{size_bytes, std::string(response.header("ETag"))};
+  if (response.status == 206 || response.status == 200)
+    return make_error(errc::network, name_ + ": cannot learn the size from Content-Range '" + std::string(range) + "'");
+  return status_error(response, hooks_, name_);
 }
 
 task<result<std::uint64_t>> ranged_source::size() {

@@ -17,6 +17,9 @@ struct request_hooks {
   std::function<void(http_request&)> sign;
   // Turns an error response into a short explanation ("S3 NoSuchKey: ..."); may be empty.
   std::function<std::string(const http_response&)> describe;
+  // Learn the size with "GET Range: bytes=0-0" instead of HEAD (S3: error responses then carry
+  // an XML body naming the error code; HEAD answers have no body).
+  bool size_by_range_get = false;
 };
 
 // Maps a final non-success HTTP status to an error naming what and where.
@@ -43,6 +46,8 @@ class ranged_source final : public byte_source {
     std::string etag;
   };
   task<result<object_info>> info();
+  result<object_info> info_from_head(const http_response& response) const;
+  result<object_info> info_from_range(const http_response& response) const;
   task<result<void>> read_range(std::uint64_t offset_bytes, std::vector<std::span<std::byte>> dst,
                                 std::string etag);
   result<void> check_range_response(const http_response& response, std::uint64_t first, std::uint64_t length,
