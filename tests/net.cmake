@@ -9,7 +9,7 @@ math(EXPR tz_net_port_base "20000 + (0x${tz_net_hex} % 12) * 1000")
 set(TZ_NET_PORT_BASE ${tz_net_port_base} CACHE STRING "First loopback port of the net test servers")
 set(tz_net_scripts ${CMAKE_CURRENT_LIST_DIR}/../scripts/servers)
 
-add_executable(net_test ${CMAKE_CURRENT_LIST_DIR}/net_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_http_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_redis_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_s3_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_test_support.hpp ${CMAKE_CURRENT_LIST_DIR}/doctest_main.cpp)
+add_executable(net_test ${CMAKE_CURRENT_LIST_DIR}/net_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_http_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_redis_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_s3_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_fault_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_test_support.hpp ${CMAKE_CURRENT_LIST_DIR}/doctest_main.cpp)
 target_link_libraries(net_test PRIVATE doctest::doctest tz::net)
 target_compile_definitions(net_test PRIVATE TZ_NET_WORKDIR="${tz_net_dir}"
                            TZ_NET_SCRIPTS="${tz_net_scripts}" TZ_NET_PORT_BASE=${TZ_NET_PORT_BASE})

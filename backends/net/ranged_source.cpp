@@ -148,9 +148,10 @@ task<result<void>> ranged_source::read_range(std::uint64_t offset_bytes, std::ve
   std::uint64_t done = 0;
   error last;
   std::string retry_after;
-  int attempts = 0;
+  int attempts = 0, refills = 0, made = 0;
   while (attempts < std::max(1, options_.retry.attempts_max)) {
     if (attempts++ > 0) co_await backoff_sleep(options_.retry, attempts - 1, retry_after);
+    ++made;
     // Resume from the first byte not yet received.
     auto rest = scatter_slice(dst, done, total - done);
     std::uint64_t first = offset_bytes + done, last_byte = offset_bytes + total - 1;
@@ -162,7 +163,11 @@ task<result<void>> ranged_source::read_range(std::uint64_t offset_bytes, std::ve
     std::uint64_t got = 0;
     auto response = co_await client_->exchange_into(request, rest, got);
     done += got;
-    if (got > 0) attempts = std::min(attempts, 1);  // progress refills the budget
+    // Progress refills the budget, but only attempts_max times, so a slow drip cannot go on forever.
+    if (got > 0 && refills < options_.retry.attempts_max) {
+      ++refills;
+      attempts = std::min(attempts, 1);
+    }
     if (!response) {
       last = response.error();
       if (!retryable_error(last)) co_return last;
@@ -179,7 +184,7 @@ task<result<void>> ranged_source::read_range(std::uint64_t offset_bytes, std::ve
   }
   co_return make_error(last.code, name_ + ": reading " + std::to_string(total) + " bytes at offset " +
                                       std::to_string(offset_bytes) + " failed at offset " +
-                                      std::to_string(offset_bytes + done) + " after " + std::to_string(attempts) +
+                                      std::to_string(offset_bytes + done) + " after " + std::to_string(made) +
                                       " attempts, last: " + last.message);
 }
 
