@@ -37,3 +37,10 @@ foreach(pair "offline:" "faults:" "http:nginx" "redis:redis" "s3:rgw")
     endif()
   endif()
 endforeach()
+
+# Benchmark smoke run (bench/net_bench.cmake) on the file the http suite placed in nginx's root.
+if(TARGET net_bench)
+  math(EXPR tz_net_http_port "${TZ_NET_PORT_BASE} + 80")
+  add_test(NAME net_bench_smoke COMMAND net_bench http://127.0.0.1:${tz_net_http_port}/data64.bin 2 1)
+  set_tests_properties(net_bench_smoke PROPERTIES FIXTURES_REQUIRED net_nginx DEPENDS net_test_http)
+endif()
