@@ -6,7 +6,10 @@ set(tz_net_dir ${CMAKE_BINARY_DIR}/net-servers)
 string(MD5 tz_net_hash "${CMAKE_BINARY_DIR}")
 string(SUBSTRING "${tz_net_hash}" 0 3 tz_net_hex)
 math(EXPR tz_net_port_base "20000 + (0x${tz_net_hex} % 12) * 1000")
-set(TZ_NET_PORT_BASE ${tz_net_port_base} CACHE STRING "First loopback port of the net test servers")
+# Below the Linux ephemeral range (32768+); override with -DTZ_NET_PORT_BASE=N.
+if(NOT DEFINED TZ_NET_PORT_BASE)
+  set(TZ_NET_PORT_BASE ${tz_net_port_base})
+endif()
 set(tz_net_scripts ${CMAKE_CURRENT_LIST_DIR}/../scripts/servers)
 
 add_executable(net_test ${CMAKE_CURRENT_LIST_DIR}/net_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_http_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_redis_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_s3_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_fault_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_test_support.hpp ${CMAKE_CURRENT_LIST_DIR}/doctest_main.cpp)

@@ -6,7 +6,7 @@ set -euo pipefail
 cmd=${1:?usage: nginx.sh start|stop|status DIR [PORT_BASE]}; D=$(realpath -m "${2:?dir}"); BASE=${3:-18000}
 P=$D/nginx; HTTP=$((BASE + 80)); HTTPS=$((BASE + 443))
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-alive() { [[ -s $P/nginx.pid ]] && kill -0 "$(cat "$P/nginx.pid")" 2>/dev/null; }
+alive() { [[ -s $P/nginx.pid && $(cat "$P/port" 2>/dev/null) == $HTTP ]] && kill -0 "$(cat "$P/nginx.pid")" 2>/dev/null; }
 case $cmd in
   status) alive && echo "nginx up on 127.0.0.1:$HTTP/$HTTPS" || { echo "nginx down"; exit 1; } ;;
   stop)
@@ -17,6 +17,7 @@ case $cmd in
   start)
     [[ -x $NGINX ]] || { echo "nginx not installed" >&2; exit 77; }
     alive && exit 0
+    [[ -s $P/nginx.pid ]] && "$0" stop "$D" "$(( $(cat "$P/port" 2>/dev/null || echo $HTTP) - 80 ))"   # an instance on other ports
     "$(dirname "$0")/ca.sh" "$D"
     mkdir -p "$P"/{www,logs,tmp}
     user_line=""; [[ $(id -u) == 0 ]] && user_line="user root root;"   # test data may sit in private dirs
@@ -54,7 +55,7 @@ CONF
     "$NGINX" -t -q -e stderr -p "$P" -c nginx.conf > "$P/logs/configtest.log" 2>&1 ||
       { cat "$P/logs/configtest.log" >&2; exit 1; }
     "$NGINX" -e stderr -p "$P" -c nginx.conf > "$P/logs/stdout.log" 2>&1 < /dev/null &
-    echo $! > "$P/nginx.pid"
+    echo $! > "$P/nginx.pid"; echo $HTTP > "$P/port"
     for _ in $(seq 1 200); do
       (exec 3<>"/dev/tcp/127.0.0.1/$HTTP") 2>/dev/null && exit 0
       kill -0 "$(cat "$P/nginx.pid")" 2>/dev/null || break; sleep 0.05

@@ -5,7 +5,7 @@
 set -euo pipefail
 cmd=${1:?usage: redis.sh start|stop|status DIR [PORT_BASE]}; D=$(realpath -m "${2:?dir}"); BASE=${3:-18000}
 P=$D/redis; PORT=$((BASE + 379))
-alive() { [[ -s $P/redis.pid ]] && kill -0 "$(cat "$P/redis.pid")" 2>/dev/null; }
+alive() { [[ -s $P/redis.pid && $(cat "$P/port" 2>/dev/null) == $PORT ]] && kill -0 "$(cat "$P/redis.pid")" 2>/dev/null; }
 case $cmd in
   status) alive && echo "redis up on 127.0.0.1:$PORT" || { echo "redis down"; exit 1; } ;;
   stop)
@@ -16,11 +16,12 @@ case $cmd in
   start)
     command -v redis-server >/dev/null || { echo "redis-server not installed" >&2; exit 77; }
     alive && exit 0
+    [[ -s $P/redis.pid ]] && "$0" stop "$D" "$(( $(cat "$P/port" 2>/dev/null || echo $PORT) - 379 ))"   # an instance on other ports
     mkdir -p "$P"
     redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$P" --daemonize no \
       --proto-max-bulk-len 2gb --client-query-buffer-limit 2gb --logfile "$P/redis.log" \
       > "$P/stdout.log" 2>&1 < /dev/null &
-    echo $! > "$P/redis.pid"
+    echo $! > "$P/redis.pid"; echo $PORT > "$P/port"
     for _ in $(seq 1 200); do
       (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && exit 0
       kill -0 "$(cat "$P/redis.pid")" 2>/dev/null || break; sleep 0.05
