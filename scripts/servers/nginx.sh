@@ -9,8 +9,8 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 alive() { [[ -s $P/nginx.pid && $(cat "$P/port" 2>/dev/null) == $HTTP ]] && kill -0 "$(cat "$P/nginx.pid")" 2>/dev/null; }
 case $cmd in
   status) alive && echo "nginx up on 127.0.0.1:$HTTP/$HTTPS" || { echo "nginx down"; exit 1; } ;;
-  stop)
-    alive || exit 0
+  stop)  # whatever instance the PID file names, on any port
+    [[ -s $P/nginx.pid ]] && kill -0 "$(cat "$P/nginx.pid")" 2>/dev/null || exit 0
     pid=$(cat "$P/nginx.pid"); kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
     kill -KILL "$pid" 2>/dev/null || true; rm -f "$P/nginx.pid" ;;

@@ -8,8 +8,8 @@ P=$D/redis; PORT=$((BASE + 379))
 alive() { [[ -s $P/redis.pid && $(cat "$P/port" 2>/dev/null) == $PORT ]] && kill -0 "$(cat "$P/redis.pid")" 2>/dev/null; }
 case $cmd in
   status) alive && echo "redis up on 127.0.0.1:$PORT" || { echo "redis down"; exit 1; } ;;
-  stop)
-    alive || exit 0
+  stop)  # whatever instance the PID file names, on any port
+    [[ -s $P/redis.pid ]] && kill -0 "$(cat "$P/redis.pid")" 2>/dev/null || exit 0
     pid=$(cat "$P/redis.pid"); kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
     kill -KILL "$pid" 2>/dev/null || true; rm -f "$P/redis.pid" ;;
