@@ -22,6 +22,11 @@ as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
 }
 
+# env, not an exported variable: sudo drops the caller's environment.
+apt_install() {
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+}
+
 # Prints the packages of "$@" that dpkg does not list as installed.
 missing_debs() {
   local installed
@@ -44,9 +49,8 @@ install_debs() {
     return
   fi
   log "Debian packages: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
   as_root apt-get update -qq
-  as_root apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  apt_install "${missing[@]}"
   log "Debian packages: installed ${#missing[@]}"
 }
 
@@ -101,7 +105,7 @@ install_python_peers() {
   fi
   if ! "$python" -m pip --version >/dev/null 2>&1; then
     log "Python peers: $python has no pip; installing python3-pip"
-    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends python3-pip
+    apt_install python3-pip
   fi
   if [ -z "${VIRTUAL_ENV:-}" ] && externally_managed; then
     pip_flags=(--break-system-packages)
