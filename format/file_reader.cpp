@@ -35,16 +35,27 @@ result<void> pread_all(int fd, const std::string& path, std::uint64_t offset, st
 
 }  // namespace
 
+// Closes its descriptor when the last copy of the read function goes away.
+struct shared_fd {
+  int fd;
+  ~shared_fd() { ::close(fd); }
+};
+
 result<file_reader> file_reader::open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return os_error("cannot open", path, 0, errno);
-  file_reader reader(fd, {});  // owns fd from here on
+  auto owner = std::make_shared<shared_fd>(shared_fd{fd});
   struct stat st {};
   if (::fstat(fd, &st) != 0) return os_error("cannot stat", path, 0, errno);
-  const auto size = static_cast<std::uint64_t>(st.st_size);
-  const std::string source = "file " + path;
+  auto read = [owner, path](std::uint64_t offset, std::span<std::byte> dst) {
+    return pread_all(owner->fd, path, offset, dst);
+  };
+  return open(std::move(read), static_cast<std::uint64_t>(st.st_size), "file " + path);
+}
+
+result<file_reader> file_reader::open(read_at_fn read_at, std::uint64_t size, std::string source) {
   std::vector<std::byte> prefix(std::min<std::uint64_t>(size, file_prefix_bytes));
-  TZ_CHECK(pread_all(fd, path, 0, prefix));
+  TZ_CHECK(read_at(0, prefix));
   if (prefix.size() < file_prefix_bytes && prefix.size() >= magic_bytes) {
     TZ_CHECK(parse_file_header(prefix, size, source));  // reports a bad magic first
     return make_error(errc::format, source + ": file too small (" + std::to_string(size) +
@@ -52,25 +63,9 @@ result<file_reader> file_reader::open(const std::string& path) {
   }
   TZ_TRY(header, parse_file_header(prefix, size, source));
   std::vector<std::byte> metadata(header.metadata_bytes);  // bounded by parse_file_header
-  TZ_CHECK(pread_all(fd, path, file_prefix_bytes, metadata));
-  TZ_TRY(index, parse_index(header, metadata, size, source));
-  reader.index_ = std::move(index);
-  return reader;
-}
-
-file_reader::file_reader(file_reader&& o) noexcept : fd_(std::exchange(o.fd_, -1)), index_(std::move(o.index_)) {}
-
-file_reader& file_reader::operator=(file_reader&& o) noexcept {
-  if (this != &o) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = std::exchange(o.fd_, -1);
-    index_ = std::move(o.index_);
-  }
-  return *this;
-}
-
-file_reader::~file_reader() {
-  if (fd_ >= 0) ::close(fd_);
+  TZ_CHECK(read_at(file_prefix_bytes, metadata));
+  TZ_TRY(index, parse_index(header, metadata, size, std::move(source)));
+  return file_reader(std::move(read_at), std::move(index));
 }
 
 result<tensor_header> file_reader::read_header(std::size_t i) const {
@@ -87,10 +82,6 @@ result<void> file_reader::read_data(std::size_t i, std::span<std::byte> dst) con
                                                   std::to_string(e.data_length) + " bytes, got a buffer of " +
                                                   std::to_string(dst.size()));
   return read_at(e.data_offset, dst);
-}
-
-result<void> file_reader::read_at(std::uint64_t offset, std::span<std::byte> dst) const {
-  return pread_all(fd_, index_.source.substr(5), offset, dst);
 }
 
 }  // namespace tz::format

@@ -1,4 +1,5 @@
-// A simple synchronous .tensors reader over pread: the reference path for the CLI and the tests.
+// A simple synchronous .tensors reader: the reference path for the CLI and the tests. It reads
+// through a positional-read function, so a local file (pread) or any byte source can feed it.
 // The engine (engine/) is the fast path; both share the parsing functions of tensorizer.hpp.
 #pragma once
 
@@ -6,20 +7,24 @@
 #include "tz/format/tensorizer.hpp"
 
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace tz::format {
 
+// Reads exactly dst.size() bytes at an absolute offset, or fails naming the source and offset.
+using read_at_fn = std::function<result<void>(std::uint64_t offset_bytes, std::span<std::byte> dst)>;
+
 class file_reader {
  public:
   // Opens a local file and reads + validates its prefix and metadata index.
   static result<file_reader> open(const std::string& path);
-
-  file_reader(file_reader&&) noexcept;
-  file_reader& operator=(file_reader&&) noexcept;
-  ~file_reader();
+  // Reads + validates the prefix and index of an object of size_bytes read through read_at;
+  // `source` names it in errors ("https://host/model.tensors").
+  static result<file_reader> open(read_at_fn read_at, std::uint64_t size_bytes, std::string source);
 
   const file_index& index() const noexcept { return index_; }
 
@@ -31,11 +36,11 @@ class file_reader {
   result<void> read_data(std::size_t i, std::span<std::byte> dst) const;
 
   // Reads bytes [offset, offset + dst.size()) of the file.
-  result<void> read_at(std::uint64_t offset, std::span<std::byte> dst) const;
+  result<void> read_at(std::uint64_t offset, std::span<std::byte> dst) const { return read_at_(offset, dst); }
 
  private:
-  file_reader(int fd, file_index index) : fd_(fd), index_(std::move(index)) {}
-  int fd_ = -1;
+  file_reader(read_at_fn read_at, file_index index) : read_at_(std::move(read_at)), index_(std::move(index)) {}
+  read_at_fn read_at_;
   file_index index_;
 };
 
