@@ -68,6 +68,15 @@ result<upload_ticket> uploader::upload(std::span<const std::byte> host, device_b
   return upload(host, dst, offset_bytes);
 }
 
+result<upload_ticket> uploader::upload(std::span<const upload_piece> pieces, device_buffer&, upload_callback) {
+  return no_cuda("batched upload of " + std::to_string(pieces.size()) + " pieces");
+}
+
+result<upload_ticket> uploader::fill_zero(device_buffer&, std::size_t offset_bytes, std::size_t size_bytes) {
+  return no_cuda("zero fill of " + std::to_string(size_bytes) + " bytes at device offset " +
+                 std::to_string(offset_bytes));
+}
+
 bool uploader::done(const upload_ticket&) const noexcept { return true; }
 result<void> uploader::wait(const upload_ticket&) const { return {}; }
 result<void> uploader::synchronize() { return no_cuda("synchronizing an uploader"); }

@@ -107,33 +107,67 @@ result<upload_ticket> uploader::upload(std::span<const std::byte> host, device_b
 
 result<upload_ticket> uploader::upload(std::span<const std::byte> host, device_buffer& dst, std::size_t offset_bytes,
                                        upload_callback on_done) {
+  const upload_piece one[1] = {{host, offset_bytes}};
+  return upload(one, dst, std::move(on_done));
+}
+
+// What one enqueue puts on its stream before the event: copies, or a zero fill.
+struct uploader::stream_work {
+  std::span<const upload_piece> pieces;
+  std::size_t zero_offset_bytes = 0;
+  std::size_t zero_bytes = 0;  // > 0: a cudaMemsetAsync instead of copies
+};
+
+result<upload_ticket> uploader::upload(std::span<const upload_piece> pieces, device_buffer& dst,
+                                       upload_callback on_done) {
   assert(state_ && "upload on a moved-from uploader");
+  std::size_t total_bytes = 0;
+  for (const upload_piece& p : pieces) {
+    TZ_CHECK(check_range(p.host.size(), dst, p.offset_bytes, state_->device));
+    total_bytes += p.host.size();
+  }
+  const std::size_t first_offset = pieces.empty() ? 0 : pieces.front().offset_bytes;
+  return enqueue(stream_work{pieces, 0, 0}, dst, total_bytes, first_offset, std::move(on_done));
+}
+
+result<upload_ticket> uploader::fill_zero(device_buffer& dst, std::size_t offset_bytes, std::size_t size_bytes) {
+  assert(state_ && "fill_zero on a moved-from uploader");
+  TZ_CHECK(check_range(size_bytes, dst, offset_bytes, state_->device));
+  return enqueue(stream_work{{}, offset_bytes, size_bytes}, dst, size_bytes, offset_bytes, upload_callback());
+}
+
+result<upload_ticket> uploader::enqueue(const stream_work& work, device_buffer& dst, std::size_t size_bytes,
+                                        std::size_t offset_bytes, upload_callback on_done) {
   state& s = *state_;
-  TZ_CHECK(check_range(host.size(), dst, offset_bytes, s.device));
   const unsigned index = s.next_stream.fetch_add(1, std::memory_order_relaxed) % s.streams.size();
   cudaStream_t stream = s.streams[index];
   upload_ticket ticket;
   ticket.device_ = s.device;
   ticket.stream_ = static_cast<int>(index);
-  ticket.size_bytes_ = host.size();
+  ticket.size_bytes_ = size_bytes;
   ticket.offset_bytes_ = offset_bytes;
-  auto what = [&] { return describe_upload(host.size(), offset_bytes, ticket.stream_); };
+  auto what = [&] { return describe_upload(size_bytes, offset_bytes, ticket.stream_); };
 
   TZ_TRY(scope, detail::device_scope::enter(s.device, what()));
   cudaEvent_t event = nullptr;
   cudaError_t rc = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
   if (rc != cudaSuccess) return failure("cudaEventCreateWithFlags", rc, s.device, what());
   ticket.event_ = event;  // from here the ticket's destructor destroys it on every path
-  if (!host.empty()) {
-    auto* to = static_cast<std::byte*>(dst.data()) + offset_bytes;
-    rc = cudaMemcpyAsync(to, host.data(), host.size(), cudaMemcpyHostToDevice, stream);
+  auto* base = static_cast<std::byte*>(dst.data());
+  for (const upload_piece& p : work.pieces) {
+    if (p.host.empty()) continue;
+    rc = cudaMemcpyAsync(base + p.offset_bytes, p.host.data(), p.host.size(), cudaMemcpyHostToDevice, stream);
     if (rc != cudaSuccess) return failure("cudaMemcpyAsync", rc, s.device, what());
+  }
+  if (work.zero_bytes > 0) {
+    rc = cudaMemsetAsync(base + work.zero_offset_bytes, 0, work.zero_bytes, stream);
+    if (rc != cudaSuccess) return failure("cudaMemsetAsync", rc, s.device, what());
   }
   rc = cudaEventRecord(event, stream);
   if (rc != cudaSuccess) return failure("cudaEventRecord", rc, s.device, what());
   if (on_done) {
     auto pending = std::make_unique<pending_callback>(
-        pending_callback{std::move(on_done), s.device, ticket.stream_, host.size(), offset_bytes});
+        pending_callback{std::move(on_done), s.device, ticket.stream_, size_bytes, offset_bytes});
     rc = cudaStreamAddCallback(stream, &on_stream_done, pending.get(), 0);
     if (rc != cudaSuccess) return failure("cudaStreamAddCallback", rc, s.device, what());
     static_cast<void>(pending.release());  // the callback owns it now

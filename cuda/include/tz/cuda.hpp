@@ -152,6 +152,12 @@ class upload_ticket {
   std::size_t offset_bytes_ = 0;
 };
 
+// One piece of a batched upload: `host` is copied to device offset `offset_bytes` of the destination.
+struct upload_piece {
+  std::span<const std::byte> host;
+  std::size_t offset_bytes = 0;
+};
+
 // Called once when an upload has completed (or failed), with its outcome. It runs on a CUDA
 // runtime thread while that stream is held: it must not call CUDA, block or throw, and should only
 // post work to the caller's event loop (e.g. boost::asio::post) and return.
@@ -192,6 +198,17 @@ class uploader {
   result<upload_ticket> upload(std::span<const std::byte> host, device_buffer& dst, std::size_t offset_bytes,
                                upload_callback on_done);
 
+  // Copies every piece on ONE stream (the next one), in order, then records one event and, when
+  // `on_done` is set, calls it once after the last copy: a staging buffer holding several tensors
+  // is released by a single callback. The ticket's size is the sum of the pieces, its offset the
+  // first piece's. All pieces are checked before anything is enqueued; errors as upload().
+  result<upload_ticket> upload(std::span<const upload_piece> pieces, device_buffer& dst, upload_callback on_done);
+
+  // Sets `size_bytes` device bytes at `offset_bytes` of `dst` to zero on the next stream
+  // (cudaMemsetAsync) and records an event: meta tensors, which have no stored bytes. Ordered with
+  // later work on that stream only; synchronize() or wait() covers it. Errors as upload().
+  result<upload_ticket> fill_zero(device_buffer& dst, std::size_t offset_bytes, std::size_t size_bytes);
+
   // True once the ticket's copy has finished or failed (cudaEventQuery); never blocks. After it
   // turns true, wait() returns the outcome without blocking.
   bool done(const upload_ticket& ticket) const noexcept;
@@ -205,7 +222,10 @@ class uploader {
 
  private:
   struct state;
+  struct stream_work;
   explicit uploader(std::unique_ptr<state> s) noexcept;
+  result<upload_ticket> enqueue(const stream_work& work, device_buffer& dst, std::size_t size_bytes,
+                                std::size_t offset_bytes, upload_callback on_done);
   std::unique_ptr<state> state_;
 };
 

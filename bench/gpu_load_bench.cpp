@@ -1,0 +1,180 @@
+// Question: how close does a load to GPU memory come to the pinned host->device copy limit?
+// In one run: the pinned cudaMemcpyAsync bandwidth (the limit), then load_to_device of one file
+// from the page cache (warm) and from disk with O_DIRECT after dropping its pages (cold); medians
+// of several runs, ratios to the limit, per-stage times and the pinned bytes held vs the ring.
+// Without --file it writes a synthetic .tensors file. Exits 77 without a GPU.
+#include "tz/device_load.hpp"
+#include "tz/file_source.hpp"
+#include "tz/format/writer.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t mib = std::size_t{1} << 20;
+
+struct options {
+  std::string file;                   // empty: write a synthetic file
+  std::size_t size_bytes = 4096 * mib;  // synthetic file size
+  std::size_t tensor_bytes = 64 * mib;  // synthetic tensor size
+  std::size_t slot_count = 16;
+  std::size_t slot_bytes = 16 * mib;
+  unsigned readers = 0;
+  unsigned threads = 0;
+  int streams = 4;
+  int runs = 5;
+  int device = 0;
+  bool cold = true;
+  bool verify = false;
+};
+
+[[noreturn]] void usage() {
+  std::fprintf(stderr,
+               "usage: gpu_load_bench [--smoke] [--file F] [--size-mib N] [--slots N] [--slot-mib N] [--readers N]\n"
+               "                      [--threads N] [--streams N] [--runs N] [--device cuda:N] [--no-cold] [--verify]\n");
+  std::exit(2);
+}
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : (usage(), nullptr); };
+    auto num = [&] { return std::strtoull(next(), nullptr, 10); };
+    if (a == "--smoke") {  // CI: a second, so the benchmark cannot rot
+      o.size_bytes = 48 * mib;
+      o.tensor_bytes = 5 * mib;
+      o.slot_count = 4;
+      o.slot_bytes = 4 * mib;
+      o.runs = 1;
+    } else if (a == "--file") o.file = next();
+    else if (a == "--size-mib") o.size_bytes = num() * mib;
+    else if (a == "--slots") o.slot_count = num();
+    else if (a == "--slot-mib") o.slot_bytes = num() * mib;
+    else if (a == "--readers") o.readers = static_cast<unsigned>(num());
+    else if (a == "--threads") o.threads = static_cast<unsigned>(num());
+    else if (a == "--streams") o.streams = static_cast<int>(num());
+    else if (a == "--runs") o.runs = std::max(1, static_cast<int>(num()));
+    else if (a == "--device") o.device = tz::unwrap(tz::cuda::parse_device(next()));
+    else if (a == "--no-cold") o.cold = false;
+    else if (a == "--verify") o.verify = true;
+    else usage();
+  }
+  return o;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The limit: one ring's worth of pinned memory copied over and over in slot-sized pieces on the
+// same streams a load uses, all issued at once, then synchronized. GB/s, median of runs.
+double pinned_limit_gbps(const options& o, tz::cuda::uploader& up) {
+  const std::size_t ring = o.slot_count * o.slot_bytes;
+  auto host = tz::unwrap(tz::cuda::alloc_pinned(ring));
+  std::memset(host.data(), 1, ring);
+  auto dev = tz::unwrap(tz::cuda::alloc_device(o.device, ring));
+  const std::size_t total = std::max(o.size_bytes, ring);
+  std::vector<double> gbps;
+  for (int run = 0; run < o.runs + 1; ++run) {  // run 0 warms up
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::size_t done = 0; done < total; done += o.slot_bytes) {
+      const std::size_t off = done % ring;
+      tz::unwrap(up.upload(host.bytes().subspan(off, o.slot_bytes), dev, off));
+    }
+    tz::unwrap(up.synchronize());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (run > 0) gbps.push_back(static_cast<double>(total) / s / 1e9);
+  }
+  return median(gbps);
+}
+
+// A synthetic model: float32 tensors of tensor_bytes filling size_bytes.
+std::string write_synthetic(const options& o) {
+  const std::string path = "/tmp/gpu_load_bench_" + std::to_string(::getpid()) + ".tensors";
+  auto w = tz::unwrap(tz::format::tensor_writer::create(path));
+  std::vector<float> v(o.tensor_bytes / 4);
+  for (std::size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(k % 1000);
+  const auto f32 = tz::unwrap(tz::format::dtype_from_torch("torch.float32"));
+  for (std::size_t i = 0; i * o.tensor_bytes < o.size_bytes; ++i) {
+    tz::format::tensor_write t;
+    t.path = tz::format::plain_path("layer" + std::to_string(i) + ".weight");
+    t.dtype = f32;
+    t.shape = {v.size()};
+    t.data = std::as_bytes(std::span<const float>(v));
+    tz::unwrap(w.write(t));
+  }
+  tz::unwrap(w.close());
+  return path;
+}
+
+struct run_result {
+  double gbps = 0;
+  tz::device_load_timings timings;
+  std::uint64_t pinned_max = 0;
+  std::uint64_t ring = 0;
+};
+
+// Loads the whole file `runs` times (after one untimed load) and keeps the median run.
+run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& up, tz::lease_ring& ring, bool cold) {
+  auto src = tz::unwrap(tz::file_source::open(o.file, {.direct = cold}));
+  auto opened = tz::unwrap(tz::loader::open(sched, src));
+  std::vector<run_result> runs;
+  for (int run = 0; run < o.runs + (cold ? 0 : 1); ++run) {
+    if (cold) tz::unwrap(src->drop_cache());
+    tz::device_load_options lo;
+    lo.ring = &ring;
+    lo.readers = o.readers;
+    lo.verify = o.verify;
+    auto t = tz::unwrap(tz::load_to_device(sched, up, opened, src, {}, lo));
+    if (!cold && run == 0) continue;  // the warm-up load fills the page cache
+    runs.push_back({static_cast<double>(t.data_bytes()) / t.timings().total_s / 1e9, t.timings(), t.pinned_bytes_max(),
+                    t.ring_bytes()});
+  }
+  std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.gbps < b.gbps; });
+  return runs[runs.size() / 2];
+}
+
+void print(const char* what, const run_result& r, double limit) {
+  const auto& t = r.timings;
+  std::printf("%-5s %7.2f GB/s  %.3fx limit | total %.3f s, prepare %.3f s | worker-s: read %.3f verify %.3f "
+              "decrypt %.3f h2d-wait %.3f | pinned max %.0f MiB of ring %.0f MiB\n",
+              what, r.gbps, r.gbps / limit, t.total_s, t.prepare_s, t.read_s, t.verify_s, t.decrypt_s, t.h2d_wait_s,
+              static_cast<double>(r.pinned_max) / mib, static_cast<double>(r.ring) / mib);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o = parse(argc, argv);
+  if (!tz::cuda::available()) {
+    std::printf("gpu_load_bench: no CUDA device, skipped\n");
+    return 77;
+  }
+  const bool synthetic = o.file.empty();
+  if (synthetic) o.file = write_synthetic(o);
+  tz::scheduler sched(o.threads);
+  auto up = tz::unwrap(tz::cuda::uploader::create(o.device, o.streams));
+  auto info = tz::unwrap(tz::cuda::describe_device(o.device));
+  auto ring = tz::unwrap(tz::make_pinned_ring(o.slot_count, o.slot_bytes));
+  std::printf("gpu_load_bench: %s, file %s, %u worker threads, %d streams, ring %zu x %zu MiB, readers %s, %d runs%s\n",
+              info.name.c_str(), o.file.c_str(), sched.thread_count(), o.streams, o.slot_count, o.slot_bytes / mib,
+              o.readers ? std::to_string(o.readers).c_str() : "auto", o.runs, o.verify ? ", verified" : "");
+  const double limit = pinned_limit_gbps(o, up);
+  std::printf("limit %7.2f GB/s  pinned cudaMemcpyAsync, %zu MiB pieces over %d streams\n", limit, o.slot_bytes / mib,
+              o.streams);
+  print("warm", measure(o, sched, up, *ring, false), limit);
+  if (o.cold) print("cold", measure(o, sched, up, *ring, true), limit);
+  if (synthetic) std::remove(o.file.c_str());
+  return 0;
+}

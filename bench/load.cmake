@@ -1,0 +1,16 @@
+# load_bench: how close to the limit is a load? (raw pread references vs the engine, warm and cold)
+add_executable(load_bench ${CMAKE_CURRENT_SOURCE_DIR}/load_bench.cpp)
+target_link_libraries(load_bench PRIVATE tz::engine tz::backends)
+tz_target_defaults(load_bench)
+if(TZ_BUILD_TESTS)
+  add_test(NAME load_bench_smoke COMMAND load_bench --smoke)
+endif()
+
+# load_bench_uring: Asio random_access_file vs raw liburing per thread vs IOSQE_ASYNC (DESIGN.md).
+add_executable(load_bench_uring ${CMAKE_CURRENT_SOURCE_DIR}/load_bench_uring.cpp)
+target_link_libraries(load_bench_uring PRIVATE Boost::headers PkgConfig::URING Threads::Threads)
+tz_target_defaults(load_bench_uring)
+if(TZ_BUILD_TESTS)
+  # Smoke: read its own executable.
+  add_test(NAME load_bench_uring_smoke COMMAND load_bench_uring $<TARGET_FILE:load_bench_uring> 1)
+endif()

@@ -1,0 +1,430 @@
+// Loading to GPU memory. Suite "host" (no GPU): the plan (whole tensors packed, large ones cut at
+// cipher-chunk multiples, 256-byte device offsets) and dtype mapping. Suite "gpu" (exit 77 without
+// one): device bytes equal the reference manifests, encrypted files, filtered loads, many small
+// tensors, tensors larger than the whole ring, corrupt data, safetensors, bounded pinned memory.
+#include "tz/device_load.hpp"
+#include "tz/device_plan.hpp"
+#include "tz/file_source.hpp"
+#include "tz/format/encryption.hpp"
+#include "tz/format/writer.hpp"
+#include "tz/hash.hpp"
+#include "tz/memory_source.hpp"
+
+#include <boost/json/src.hpp>
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+namespace {
+
+template <class T>
+bool ok(const tz::result<T>& r) {
+  if (!r) MESSAGE("unexpected error: " << r.error().message);
+  return r.has_value();
+}
+
+std::string vectors_dir() { return std::string(TZ_SHARED_DIR) + "/vectors"; }
+
+std::string temp_path(const std::string& stem) {
+  return std::string(TZ_BINARY_DIR) + "/device_load_test_" + stem + "_" + std::to_string(::getpid());
+}
+
+std::vector<std::byte> slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(c.size());
+  std::memcpy(out.data(), c.data(), c.size());
+  return out;
+}
+
+boost::json::value read_json(const std::string& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return boost::json::parse(text);
+}
+
+// header_offset -> sha256 hex of the tensor's bytes, from a reference manifest.
+std::map<std::uint64_t, std::string> manifest_hashes(const std::string& path) {
+  std::map<std::uint64_t, std::string> out;
+  const auto doc = read_json(path);
+  for (const auto& t : doc.at("tensors").as_array()) {
+    out[t.at("file").at("header_offset").to_number<std::uint64_t>()] = std::string(t.at("sha256").as_string());
+  }
+  return out;
+}
+
+// An index entry for planning tests: header of `header` bytes, then `data` bytes.
+tz::format::tensor_entry entry_at(std::uint64_t offset, std::uint64_t header, std::uint64_t data, std::string name) {
+  tz::format::tensor_entry e;
+  e.name = std::move(name);
+  e.header_offset = offset;
+  e.data_offset = offset + header;
+  e.data_length = data;
+  e.deserialized_bytes = data;
+  return e;
+}
+
+}  // namespace
+
+TEST_SUITE("host") {
+  TEST_CASE("whole tensors are packed into slot-sized reads that start at a header") {
+    std::vector<tz::format::tensor_entry> es;
+    std::uint64_t off = 1000;
+    for (int i = 0; i < 10; ++i) {
+      es.push_back(entry_at(off, 100, 300, "t" + std::to_string(i)));
+      off += 400;
+    }
+    std::vector<const tz::format::tensor_entry*> sel;
+    for (auto& e : es) sel.push_back(&e);
+    std::vector<std::uint64_t> align(sel.size(), tz::plain_split_align_bytes);
+    auto plan = tz::make_device_plan(sel, align, {1000, 64 << 10, true});
+    REQUIRE(ok(plan));
+    CHECK(plan->ranges.size() == 5);  // two 400-byte tensors per 1000-byte range
+    for (const auto& r : plan->ranges) {
+      CHECK(r.length_bytes <= 1000);
+      CHECK(r.split_slot == tz::no_split);
+      REQUIRE(r.pieces.size() == 4);
+      CHECK(r.pieces[0].header);
+      CHECK(r.pieces[0].offset_bytes == r.offset_bytes);
+    }
+    for (std::size_t i = 0; i < sel.size(); ++i) {
+      CHECK(plan->device_offset[i] % tz::device_align_bytes == 0);
+      if (i > 0) CHECK(plan->device_offset[i] >= plan->device_offset[i - 1] + 300);
+    }
+    CHECK(plan->device_bytes >= plan->device_offset.back() + 300);
+    CHECK(plan->data_bytes == 3000);
+  }
+
+  TEST_CASE("a tensor larger than a slot is cut at chunk multiples relative to its data start") {
+    const std::uint64_t chunk = 2 << 20;
+    std::vector<tz::format::tensor_entry> es{entry_at(300, 123, 100, "small"),
+                                             entry_at(523, 4000, 5 * chunk + 77, "big"),
+                                             entry_at(523 + 4000 + 5 * chunk + 77, 50, 10, "tail")};
+    std::vector<const tz::format::tensor_entry*> sel{&es[0], &es[1], &es[2]};
+    std::vector<std::uint64_t> align{1, chunk, 1};
+    auto plan = tz::make_device_plan(sel, align, {2 * chunk + 1000, 64 << 10, true});
+    REQUIRE(ok(plan));
+    CHECK(plan->part_count[1] == 3);  // 2 + 2 + 1(+77 bytes) chunks
+    std::uint64_t covered = 0;
+    std::uint32_t part = 0;
+    for (const auto& r : plan->ranges) {
+      if (r.split_slot != 1) continue;
+      CHECK(r.part == part++);
+      REQUIRE(r.pieces.size() == 1);
+      CHECK_FALSE(r.pieces[0].header);  // the header comes from the header pass
+      CHECK(r.pieces[0].data_begin_bytes % chunk == 0);
+      CHECK(r.offset_bytes == es[1].data_offset + r.pieces[0].data_begin_bytes);
+      covered += r.length_bytes;
+    }
+    CHECK(covered == es[1].data_length);
+    CHECK(plan->ranges.front().split_slot == tz::no_split);
+    CHECK(plan->ranges.back().split_slot == tz::no_split);
+  }
+
+  TEST_CASE("a cipher chunk larger than a slot is refused with a clear error") {
+    auto e = entry_at(0, 100, 10 << 20, "big");
+    std::vector<const tz::format::tensor_entry*> sel{&e};
+    std::vector<std::uint64_t> align{4 << 20};
+    auto plan = tz::make_device_plan(sel, align, {1 << 20, 64 << 10, true});
+    REQUIRE_FALSE(plan.has_value());
+    CHECK(plan.error().code == tz::errc::unsupported);
+    CHECK(plan.error().message.find("big") != std::string::npos);
+  }
+
+  TEST_CASE("meta and empty tensors get device space but no reads of data") {
+    auto meta = entry_at(0, 64, 0, "meta");
+    meta.deserialized_bytes = 1000;
+    auto empty = entry_at(64, 64, 0, "empty");
+    std::vector<const tz::format::tensor_entry*> sel{&meta, &empty};
+    std::vector<std::uint64_t> align{1, 1};
+    auto plan = tz::make_device_plan(sel, align, {1 << 20, 64 << 10, true});
+    REQUIRE(ok(plan));
+    CHECK(plan->device_bytes == 1024);
+    for (const auto& r : plan->ranges)
+      for (const auto& p : r.pieces) CHECK(p.header);
+  }
+
+  TEST_CASE("dtypes map to DLPack codes") {
+    using tz::format::dtype_from_torch;
+    auto code = [](const char* torch) {
+      auto d = tz::dlpack_dtype(dtype_from_torch(torch).value()).value();
+      return std::make_pair(int(d.code), int(d.bits));
+    };
+    CHECK(code("torch.float16") == std::make_pair(int(kDLFloat), 16));
+    CHECK(code("torch.float32") == std::make_pair(int(kDLFloat), 32));
+    CHECK(code("torch.float64") == std::make_pair(int(kDLFloat), 64));
+    CHECK(code("torch.bfloat16") == std::make_pair(int(kDLBfloat), 16));
+    CHECK(code("torch.int8") == std::make_pair(int(kDLInt), 8));
+    CHECK(code("torch.int64") == std::make_pair(int(kDLInt), 64));
+    CHECK(code("torch.uint8") == std::make_pair(int(kDLUInt), 8));
+    CHECK(code("torch.bool") == std::make_pair(int(kDLBool), 8));
+    CHECK(code("torch.complex64") == std::make_pair(int(kDLComplex), 64));
+    CHECK(code("torch.float8_e4m3fn") == std::make_pair(int(kDLUInt), 8));
+  }
+
+  TEST_CASE("without a GPU a load to device reports no_device") {
+    if (tz::cuda::available()) return;
+    auto up = tz::cuda::uploader::create(0);
+    REQUIRE_FALSE(up.has_value());
+    CHECK(up.error().code == tz::errc::no_device);
+  }
+}
+
+namespace {
+
+void require_gpu() {
+  if (tz::cuda::available()) return;
+  MESSAGE("no CUDA device: skipping the GPU suite (exit 77)");
+  std::exit(77);
+}
+
+// One scheduler and uploader per case, and the loads it makes.
+struct gpu {
+  tz::scheduler sched{4};
+  tz::cuda::uploader up = tz::cuda::uploader::create(0, 4).value();
+
+  tz::result<tz::device_tensors> load(std::shared_ptr<tz::byte_source> src, std::vector<std::size_t> which = {},
+                                      tz::device_load_options o = {}) {
+    auto l = tz::loader::open(sched, src);
+    if (!l) return l.error();
+    return tz::load_to_device(sched, up, *l, src, std::move(which), std::move(o));
+  }
+};
+
+std::vector<std::byte> download(const tz::device_tensors& t, std::size_t i) {
+  std::vector<std::byte> host(t.size_bytes(i));
+  REQUIRE(ok(tz::cuda::download(t.buffer(), t.device_offset(i), host)));
+  return host;
+}
+
+std::shared_ptr<tz::byte_source> open_file(const std::string& path) { return tz::file_source::open(path).value(); }
+
+// Writes `count` float32 tensors, tensor i holding i * 1000 + k, of n_i = base / 4 + 3 i elements.
+std::vector<std::byte> write_floats(const std::string& path, std::size_t count, std::size_t base_bytes,
+                                    tz::format::tensor_encryptor* enc = nullptr) {
+  auto w = tz::format::tensor_writer::create(path, {enc}).value();
+  auto f32 = tz::format::dtype_from_torch("torch.float32").value();
+  for (std::size_t i = 0; i < count; ++i) {
+    std::vector<float> v(base_bytes / 4 + i * 3);
+    for (std::size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(i * 1000 + k);
+    tz::format::tensor_write t;
+    t.path = tz::format::plain_path("t" + std::to_string(i));
+    t.dtype = f32;
+    t.shape = {v.size()};
+    t.data = std::as_bytes(std::span<const float>(v));
+    REQUIRE(ok(w.write(t)));
+  }
+  REQUIRE(ok(w.close()));
+  auto bytes = slurp(path);
+  std::remove(path.c_str());
+  return bytes;
+}
+
+bool floats_match(std::span<const std::byte> got, std::size_t i, std::size_t base_bytes) {
+  const std::size_t n = base_bytes / 4 + i * 3;
+  if (got.size() != n * 4) return false;
+  for (std::size_t k = 0; k < n; ++k) {
+    float f;
+    std::memcpy(&f, got.data() + 4 * k, 4);
+    if (f != static_cast<float>(i * 1000 + k)) return false;
+  }
+  return true;
+}
+
+void check_floats(const tz::device_tensors& t, std::size_t base_bytes) {
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const std::size_t index = std::stoul(t.entry(i).name.substr(1));
+    CHECK_MESSAGE(floats_match(download(t, i), index, base_bytes), t.entry(i).name);
+  }
+}
+
+tz::format::decryption reference_key() {
+  auto m = read_json(vectors_dir() + "/encrypted.manifest.json");
+  auto key = tz::crypto::secret_key::from_hex(std::string(m.at("encryption").at("key_hex").as_string())).value();
+  return tz::format::decryption::from_key(std::move(key));
+}
+
+}  // namespace
+
+TEST_SUITE("gpu") {
+  TEST_CASE("device bytes equal the reference manifests for every dtype (verified)") {
+    require_gpu();
+    gpu g;
+    for (const char* name : {"small_mixed", "module", "nested", "meta_v4"}) {
+      CAPTURE(name);
+      tz::device_load_options o;
+      o.verify = true;
+      auto t = g.load(open_file(vectors_dir() + "/" + name + ".tensors"), {}, o);
+      REQUIRE(ok(t));
+      auto hashes = manifest_hashes(vectors_dir() + "/" + name + ".manifest.json");
+      CHECK(t->size() == hashes.size());
+      for (std::size_t i = 0; i < t->size(); ++i) {
+        CAPTURE(t->entry(i).name);
+        CHECK(t->device_offset(i) % tz::device_align_bytes == 0);
+        CHECK(tz::to_hex(tz::sha256(download(*t, i))) == hashes.at(t->entry(i).header_offset));
+        auto dl = t->to_dlpack(i);
+        if (dl) {
+          CHECK((*dl)->dl_tensor.device.device_type == kDLCUDA);
+          CHECK((*dl)->dl_tensor.dtype.bits * (*dl)->dl_tensor.dtype.lanes == 8 * t->entry(i).dtype.itemsize);
+        } else {
+          CHECK(dl.error().code == tz::errc::unsupported);
+        }
+      }
+      CHECK(t->pinned_bytes_max() <= t->ring_bytes());
+    }
+  }
+
+  TEST_CASE("an encrypted file decrypts in the staging slots, whole or split across slots") {
+    require_gpu();
+    gpu g;
+    auto hashes = manifest_hashes(vectors_dir() + "/encrypted.manifest.json");
+    for (std::size_t slot_bytes : {std::size_t{16} << 20, std::size_t{2} << 20}) {
+      CAPTURE(slot_bytes);
+      tz::device_load_options o;
+      o.verify = true;
+      o.slot_bytes = slot_bytes;
+      o.slot_count = 3;
+      o.decryption = reference_key();
+      auto t = g.load(open_file(vectors_dir() + "/encrypted.tensors"), {}, o);
+      REQUIRE(ok(t));
+      CHECK(t->size() == hashes.size());
+      for (std::size_t i = 0; i < t->size(); ++i) {
+        CHECK(tz::to_hex(tz::sha256(download(*t, i))) == hashes.at(t->entry(i).header_offset));
+      }
+    }
+    auto none = g.load(open_file(vectors_dir() + "/encrypted.tensors"));
+    REQUIRE_FALSE(none.has_value());
+    CHECK(none.error().code == tz::errc::crypto);
+    tz::device_load_options wrong;
+    wrong.decryption = tz::format::decryption::from_key(tz::crypto::secret_key::random().value());
+    auto bad = g.load(open_file(vectors_dir() + "/encrypted.tensors"), {}, std::move(wrong));
+    REQUIRE_FALSE(bad.has_value());
+    CHECK(bad.error().code == tz::errc::crypto);
+  }
+
+  TEST_CASE("a filtered load uploads only the selected tensors") {
+    require_gpu();
+    gpu g;
+    auto src = std::make_shared<tz::memory_source>(write_floats(temp_path("filter"), 40, 5000), "mem-filter");
+    auto t = g.load(src, {3, 17, 39, 0});
+    REQUIRE(ok(t));
+    REQUIRE(t->size() == 4);
+    CHECK(t->entry(0).name == "t0");
+    CHECK(t->entry(3).name == "t39");
+    check_floats(*t, 5000);
+    CHECK(t->data_bytes() == t->size_bytes(0) + t->size_bytes(1) + t->size_bytes(2) + t->size_bytes(3));
+    auto twice = g.load(src, {3, 3});
+    REQUIRE_FALSE(twice.has_value());
+    CHECK(twice.error().code == tz::errc::invalid_argument);
+  }
+
+  TEST_CASE("many small tensors go through a tiny ring with bounded pinned memory") {
+    require_gpu();
+    gpu g;
+    auto src = std::make_shared<tz::memory_source>(write_floats(temp_path("many"), 2000, 400), "mem-many");
+    tz::device_load_options o;
+    o.verify = true;
+    o.slot_count = 4;
+    o.slot_bytes = 64 << 10;
+    auto t = g.load(src, {}, o);
+    REQUIRE(ok(t));
+    CHECK(t->size() == 2000);
+    check_floats(*t, 400);
+    CHECK(t->ring_bytes() == 4 * ((64 << 10) + 4096));
+    CHECK(t->pinned_bytes_max() <= t->ring_bytes());
+  }
+
+  TEST_CASE("tensors larger than the whole ring load, plain and encrypted, verified") {
+    require_gpu();
+    gpu g;
+    const std::size_t big = 21 << 20;  // 21 MiB + 3i floats each, through a 3 x 2 MiB ring
+    auto key = tz::crypto::secret_key::random().value();
+    auto copy_key = [&] { return tz::crypto::secret_key::from_bytes(key.bytes()).value(); };
+    auto enc = tz::format::tensorizer_encryptor::from_key(copy_key());
+    for (bool encrypted : {false, true}) {
+      CAPTURE(encrypted);
+      auto bytes = write_floats(temp_path("big"), 3, big, encrypted ? &enc : nullptr);
+      auto src = std::make_shared<tz::memory_source>(std::move(bytes), "mem-big");
+      tz::device_load_options o;
+      o.verify = true;
+      o.slot_count = 3;
+      o.slot_bytes = 2 << 20;
+      if (encrypted) o.decryption = tz::format::decryption::from_key(copy_key());
+      auto t = g.load(src, {}, o);
+      REQUIRE(ok(t));
+      check_floats(*t, big);
+      CHECK(t->ring_bytes() == 3 * ((2 << 20) + 4096));
+      CHECK(t->pinned_bytes_max() <= t->ring_bytes());
+      CHECK(t->read_bytes() >= t->data_bytes());
+      if (encrypted) {
+        o.decryption = tz::format::decryption::from_key(tz::crypto::secret_key::random().value());
+        auto wrong = g.load(src, {}, o);
+        REQUIRE_FALSE(wrong.has_value());
+        CHECK(wrong.error().code == tz::errc::crypto);
+      }
+    }
+  }
+
+  TEST_CASE("a corrupt byte in a split tensor fails verification after all copies drained") {
+    require_gpu();
+    gpu g;
+    auto bytes = write_floats(temp_path("corrupt"), 2, 9 << 20);
+    bytes[bytes.size() - 100] ^= std::byte{1};  // inside the last tensor's data
+    auto src = std::make_shared<tz::memory_source>(std::move(bytes), "mem-corrupt");
+    tz::device_load_options o;
+    o.verify = true;
+    o.slot_count = 4;
+    o.slot_bytes = 1 << 20;
+    auto t = g.load(src, {}, o);
+    REQUIRE_FALSE(t.has_value());
+    CHECK(t.error().code == tz::errc::hash_mismatch);
+    CHECK(t.error().message.find("t1") != std::string::npos);
+    o.verify = false;
+    CHECK(ok(g.load(src, {}, o)));  // unverified, the same file loads
+  }
+
+  TEST_CASE("a safetensors file loads to the device") {
+    require_gpu();
+    gpu g;
+    std::vector<float> a{1, 2, 3, 4, 5, 6};
+    std::vector<std::int16_t> b{-7, 8, -9};
+    std::string json = R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+                       R"("b":{"dtype":"I16","shape":[3],"data_offsets":[24,30]}})";
+    std::vector<std::byte> file(8);
+    const std::uint64_t n = json.size();
+    std::memcpy(file.data(), &n, 8);
+    for (char c : json) file.push_back(std::byte(c));
+    for (auto x : std::as_bytes(std::span<const float>(a))) file.push_back(x);
+    for (auto x : std::as_bytes(std::span<const std::int16_t>(b))) file.push_back(x);
+    auto t = g.load(std::make_shared<tz::memory_source>(file, "mem-st"));
+    REQUIRE(ok(t));
+    REQUIRE(t->size() == 2);
+    auto ia = t->find("a").value();
+    auto ib = t->find("b").value();
+    auto da = download(*t, ia);
+    auto db = download(*t, ib);
+    CHECK(std::memcmp(da.data(), a.data(), 24) == 0);
+    CHECK(std::memcmp(db.data(), b.data(), 6) == 0);
+    CHECK(t->to_dlpack(ib).value()->dl_tensor.dtype.code == kDLInt);
+  }
+
+  TEST_CASE("device memory is returned after loads") {
+    require_gpu();
+    gpu g;
+    const auto before = tz::cuda::describe_device(0).value().free_bytes;
+    {
+      auto src = std::make_shared<tz::memory_source>(write_floats(temp_path("leak"), 4, 32 << 20), "mem-leak");
+      auto t = g.load(src);
+      REQUIRE(ok(t));
+      CHECK(tz::cuda::describe_device(0).value().free_bytes < before);
+    }
+    CHECK(tz::cuda::describe_device(0).value().free_bytes == before);
+  }
+}
