@@ -1,5 +1,6 @@
 // tensorizer convert: lossless safetensors <-> .tensors conversion, chosen by file extension.
 #include "cli.hpp"
+#include "open_source.hpp"
 #include "tensor_walk.hpp"
 #include "tz/format/safetensors.hpp"
 #include "tz/format/writer.hpp"
@@ -18,11 +19,13 @@ using namespace tz;
 namespace {
 
 constexpr const char* convert_help =
-    "usage: tensorizer convert [--decrypt-key-file F | --decrypt-passphrase-file F] IN OUT\n"
+    "usage: tensorizer convert [--decrypt-key-file F | --decrypt-passphrase-file F] [remote options] IN OUT\n"
     "  Converts between safetensors (*.safetensors) and tensorizer (*.tensors), by extension.\n"
     "  .tensors -> safetensors keeps what safetensors cannot express (tensor type, module index,\n"
     "  structured paths, meta tensors, file order) in the __metadata__ key \"tensorizer\", so the\n"
-    "  way back restores them: a 2.11.1 file converted there and back is byte-identical.\n";
+    "  way back restores them: a 2.11.1 file converted there and back is byte-identical.\n"
+    "  IN may be remote (a remote safetensors IN is downloaded to a temporary file first); OUT may be\n"
+    "  s3://bucket/key, or redis://host:port/prefix for a .tensors OUT.\n";
 
 constexpr const char* meta_key = "tensorizer";
 
@@ -65,8 +68,7 @@ boost::json::object describe(const format::tensor_entry& e, std::uint16_t module
   return o;
 }
 
-result<void> tensors_to_safetensors(const std::string& in, const std::string& out, const cli::args& a) {
-  TZ_TRY(reader, format::file_reader::open(in));
+result<void> tensors_to_safetensors(const format::file_reader& reader, const std::string& out, const cli::args& a) {
   TZ_TRY(decryption, cli::decryption_from(a));
   std::vector<std::vector<std::byte>> owned;  // plaintext copies (decrypted data, meta zeros)
   std::vector<format::st_write_tensor> tensors;
@@ -147,19 +149,35 @@ result<void> safetensors_to_tensors(const std::string& in, const std::string& ou
   return writer.close();
 }
 
+// Converts IN (path or URI) to OUT (path, s3:// or redis://) in the direction the extensions name.
+result<void> convert(const std::string& in, const std::string& out, bool to_safetensors, const cli::args& a) {
+  TZ_TRY(remote, cli::remote_options_from(a));
+  tz::scheduler sched;
+  TZ_TRY(target, cli::output_target::create(out, remote));
+  if (to_safetensors) {
+    TZ_TRY(reader, cli::open_reader(sched, in, remote));
+    TZ_CHECK(tensors_to_safetensors(reader, target.path(), a));
+  } else {
+    TZ_TRY(local, cli::local_input::fetch(sched, in, remote));
+    TZ_CHECK(safetensors_to_tensors(local.path(), target.path()));
+  }
+  return target.publish(sched);
+}
+
 }  // namespace
 
 int cmd_convert(int argc, char** argv) {
-  auto a = cli::parse(argc, argv, 2, cli::decrypt_options, {"--help"});
-  if (!a) return cli::usage_error("convert", a.error().message, convert_help);
-  if (a->has("--help")) return std::printf("%s", convert_help), 0;
-  if (a->positional.size() != 2) return cli::usage_error("convert", "expected IN and OUT", convert_help);
+  const std::string help = std::string(convert_help) + cli::remote_help;
+  auto a = cli::parse(argc, argv, 2, cli::with_remote_valued(cli::decrypt_options), cli::with_remote_flags({"--help"}));
+  if (!a) return cli::usage_error("convert", a.error().message, help.c_str());
+  if (a->has("--help")) return std::printf("%s", help.c_str()), 0;
+  if (a->positional.size() != 2) return cli::usage_error("convert", "expected IN and OUT", help.c_str());
   const auto& in = a->positional[0];
   const auto& out = a->positional[1];
   result<void> r;
-  if (ends_with(in, ".tensors") && ends_with(out, ".safetensors")) r = tensors_to_safetensors(in, out, *a);
-  else if (ends_with(in, ".safetensors") && ends_with(out, ".tensors")) r = safetensors_to_tensors(in, out);
-  else return cli::usage_error("convert", "expected a .tensors and a .safetensors file, one each", convert_help);
+  if (ends_with(in, ".tensors") && ends_with(out, ".safetensors")) r = convert(in, out, true, *a);
+  else if (ends_with(in, ".safetensors") && ends_with(out, ".tensors")) r = convert(in, out, false, *a);
+  else return cli::usage_error("convert", "expected a .tensors and a .safetensors file, one each", help.c_str());
   if (!r) return cli::fail("convert", r.error());
   return 0;
 }

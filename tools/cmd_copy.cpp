@@ -1,5 +1,6 @@
 // tensorizer copy / synth: writing .tensors files (copies of existing ones, or synthetic models).
 #include "cli.hpp"
+#include "open_source.hpp"
 #include "tensor_walk.hpp"
 #include "tz/format/writer.hpp"
 
@@ -12,7 +13,7 @@ using namespace tz;
 namespace {
 
 constexpr const char* copy_help =
-    "usage: tensorizer copy [decrypt options] [encrypt options] IN OUT\n"
+    "usage: tensorizer copy [decrypt options] [encrypt options] [remote options] IN OUT\n"
     "  Reads every tensor of IN (checking its stored hashes) and writes them, in the same order with\n"
     "  the same names, types, module indices, dtypes and shapes, to OUT (atomically: a temporary file\n"
     "  renamed into place). For unencrypted files written by tensorizer 2.11.1, OUT is byte-identical.\n"
@@ -20,11 +21,14 @@ constexpr const char* copy_help =
     "  --encrypt-key-file F | --encrypt-passphrase-file F   encrypt OUT (tensorizer-compatible)\n"
     "  --kdf-preset min|interactive|moderate|sensitive      Argon2id cost for a passphrase (moderate)\n"
     "  Passphrase files hold the passphrase (one trailing newline is ignored); '-' prompts.\n"
-    "  Adding, removing or changing encryption of an existing file is a copy with these options.\n";
+    "  Adding, removing or changing encryption of an existing file is a copy with these options.\n"
+    "  IN may be remote; OUT may be s3://bucket/key (uploaded from a temporary file: PutObject, or\n"
+    "  multipart aborted on failure) or redis://host:port/prefix (tensorizer's key layout).\n";
 constexpr const char* synth_help =
-    "usage: tensorizer synth OUT [--size-mib N] [--seed S]\n"
+    "usage: tensorizer synth OUT [--size-mib N] [--seed S] [remote options]\n"
     "  Writes a deterministic transformer-shaped sample model of about N MiB (default 1024):\n"
-    "  bfloat16 projection matrices, float32 norms, a float16 embedding; same N and S, same bytes.\n";
+    "  bfloat16 projection matrices, float32 norms, a float16 embedding; same N and S, same bytes.\n"
+    "  OUT may be s3://bucket/key or redis://host:port/prefix (written locally, then uploaded).\n";
 
 format::tensor_write as_write(const format::tensor_entry& e, const format::tensor_header& h,
                               std::span<const std::byte> data) {
@@ -94,38 +98,50 @@ result<std::unique_ptr<format::tensorizer_encryptor>> encryptor_from(const cli::
 }  // namespace
 
 int cmd_copy(int argc, char** argv) {
-  auto valued = cli::decrypt_options;
+  const std::string help = std::string(copy_help) + cli::remote_help;
+  auto valued = cli::with_remote_valued(cli::decrypt_options);
   valued.insert(valued.end(), {"--encrypt-key-file", "--encrypt-passphrase-file", "--kdf-preset"});
-  auto a = cli::parse(argc, argv, 2, valued, {"--help"});
-  if (!a) return cli::usage_error("copy", a.error().message, copy_help);
-  if (a->has("--help")) return std::printf("%s", copy_help), 0;
-  if (a->positional.size() != 2) return cli::usage_error("copy", "expected IN and OUT", copy_help);
-  auto reader = format::file_reader::open(a->positional[0]);
+  auto a = cli::parse(argc, argv, 2, valued, cli::with_remote_flags({"--help"}));
+  if (!a) return cli::usage_error("copy", a.error().message, help.c_str());
+  if (a->has("--help")) return std::printf("%s", help.c_str()), 0;
+  if (a->positional.size() != 2) return cli::usage_error("copy", "expected IN and OUT", help.c_str());
+  auto remote = cli::remote_options_from(*a);
+  if (!remote) return cli::fail("copy", remote.error());
+  tz::scheduler sched;
+  auto reader = cli::open_reader(sched, a->positional[0], *remote);
   if (!reader) return cli::fail("copy", reader.error());
   auto decryption = cli::decryption_from(*a);
   if (!decryption) return cli::fail("copy", decryption.error());
   auto encryptor = encryptor_from(*a);
   if (!encryptor) return cli::fail("copy", encryptor.error());
-  auto writer = format::tensor_writer::create(a->positional[1], {.encryptor = encryptor->get()});
+  auto target = cli::output_target::create(a->positional[1], *remote);
+  if (!target) return cli::fail("copy", target.error());
+  auto writer = format::tensor_writer::create(target->path(), {.encryptor = encryptor->get()});
   if (!writer) return cli::fail("copy", writer.error());
   auto r = cli::walk_tensors(*reader, {.verify = true, .decryption = decryption->has_value() ? &**decryption : nullptr},
                              [&](std::size_t, const format::tensor_entry& e, const format::tensor_header& h,
                                  std::span<const std::byte> data) { return writer->write(as_write(e, h, data)); });
   if (!r) return cli::fail("copy", r.error());
   if (auto c = writer->close(); !c) return cli::fail("copy", c.error());
+  if (auto p = target->publish(sched); !p) return cli::fail("copy", p.error());
   return 0;
 }
 
 int cmd_synth(int argc, char** argv) {
-  auto a = cli::parse(argc, argv, 2, {"--size-mib", "--seed"}, {"--help"});
-  if (!a) return cli::usage_error("synth", a.error().message, synth_help);
-  if (a->has("--help")) return std::printf("%s", synth_help), 0;
-  if (a->positional.size() != 1) return cli::usage_error("synth", "expected OUT", synth_help);
+  const std::string help = std::string(synth_help) + cli::remote_help;
+  auto a = cli::parse(argc, argv, 2, cli::with_remote_valued({"--size-mib", "--seed"}), cli::with_remote_flags({"--help"}));
+  if (!a) return cli::usage_error("synth", a.error().message, help.c_str());
+  if (a->has("--help")) return std::printf("%s", help.c_str()), 0;
+  if (a->positional.size() != 1) return cli::usage_error("synth", "expected OUT", help.c_str());
+  auto remote = cli::remote_options_from(*a);
+  if (!remote) return cli::fail("synth", remote.error());
+  auto target = cli::output_target::create(a->positional[0], *remote);
+  if (!target) return cli::fail("synth", target.error());
   auto size_mib = cli::to_uint("--size-mib", a->get("--size-mib").value_or("1024"));
   auto seed = cli::to_uint("--seed", a->get("--seed").value_or("1"));
   if (!size_mib) return cli::fail("synth", size_mib.error());
   if (!seed) return cli::fail("synth", seed.error());
-  auto writer = format::tensor_writer::create(a->positional[0]);
+  auto writer = format::tensor_writer::create(target->path());
   if (!writer) return cli::fail("synth", writer.error());
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::byte> data;
@@ -141,6 +157,10 @@ int cmd_synth(int argc, char** argv) {
     total += data.size();
   }
   if (auto c = writer->close(); !c) return cli::fail("synth", c.error());
+  if (target->path() != a->positional[0]) {
+    tz::scheduler sched;
+    if (auto p = target->publish(sched); !p) return cli::fail("synth", p.error());
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("wrote %s: %llu tensors, %.1f MiB of data in %.2f s\n", a->positional[0].c_str(),
               static_cast<unsigned long long>(n), total / 1048576.0, s);

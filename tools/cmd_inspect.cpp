@@ -1,5 +1,6 @@
 // tensorizer inspect / hash / verify: read-only views of a .tensors file.
 #include "cli.hpp"
+#include "open_source.hpp"
 #include "tensor_walk.hpp"
 #include "tz/hash.hpp"
 
@@ -11,15 +12,15 @@ using namespace tz;
 namespace {
 
 constexpr const char* inspect_help =
-    "usage: tensorizer inspect [--json] FILE\n"
+    "usage: tensorizer inspect [--json] [remote options] FILE\n"
     "  Prints the data version, feature flags and, per tensor: name, dtype, shape, tensor type,\n"
     "  module index, header offset, data offset and data length.\n";
 constexpr const char* hash_help =
-    "usage: tensorizer hash [--json] [--no-verify] [--decrypt-key-file F | --decrypt-passphrase-file F] FILE\n"
+    "usage: tensorizer hash [--json] [--no-verify] [--decrypt-key-file F | --decrypt-passphrase-file F]\n                       [remote options] FILE\n"
     "  Prints the SHA-256 of each tensor's plaintext data bytes (C order; meta tensors: of the\n"
     "  zeros they load as). Checks every stored CRC32/SHA-256 on the way unless --no-verify.\n";
 constexpr const char* verify_help =
-    "usage: tensorizer verify [--decrypt-key-file F | --decrypt-passphrase-file F] FILE\n"
+    "usage: tensorizer verify [--decrypt-key-file F | --decrypt-passphrase-file F]\n                       [remote options] FILE\n"
     "  Checks every stored hash (after decryption); prints a summary; exits 1 on the first mismatch.\n"
     "  Encrypted files need a key file or a passphrase file ('-' prompts on the terminal).\n";
 
@@ -42,14 +43,25 @@ sha256_digest plaintext_sha(const format::tensor_entry& e, std::span<const std::
   return h.finish();
 }
 
+// A command's usage text followed by the FILE-or-URI options every command shares.
+std::string help_of(const char* own) { return std::string(own) + cli::remote_help; }
+
+// Parses the shared remote options and opens FILE (a path or URI) for a sequential walk.
+result<format::file_reader> open_file(scheduler& sched, const cli::args& a) {
+  TZ_TRY(remote, cli::remote_options_from(a));
+  return cli::open_reader(sched, a.positional[0], remote);
+}
+
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
-  auto a = cli::parse(argc, argv, 2, cli::decrypt_options, {"--json", "--help"});
-  if (!a) return cli::usage_error("inspect", a.error().message, inspect_help);
-  if (a->has("--help")) return std::printf("%s", inspect_help), 0;
-  if (a->positional.size() != 1) return cli::usage_error("inspect", "expected one FILE", inspect_help);
-  auto reader = format::file_reader::open(a->positional[0]);
+  const auto help = help_of(inspect_help);
+  auto a = cli::parse(argc, argv, 2, cli::with_remote_valued(cli::decrypt_options), cli::with_remote_flags({"--json", "--help"}));
+  if (!a) return cli::usage_error("inspect", a.error().message, help.c_str());
+  if (a->has("--help")) return std::printf("%s", help.c_str()), 0;
+  if (a->positional.size() != 1) return cli::usage_error("inspect", "expected one FILE", help.c_str());
+  tz::scheduler sched;
+  auto reader = open_file(sched, *a);
   if (!reader) return cli::fail("inspect", reader.error());
   const auto& index = reader->index();
   const bool json = a->has("--json");
@@ -82,11 +94,13 @@ int cmd_inspect(int argc, char** argv) {
 }
 
 int cmd_hash(int argc, char** argv) {
-  auto a = cli::parse(argc, argv, 2, cli::decrypt_options, {"--json", "--no-verify", "--help"});
-  if (!a) return cli::usage_error("hash", a.error().message, hash_help);
-  if (a->has("--help")) return std::printf("%s", hash_help), 0;
-  if (a->positional.size() != 1) return cli::usage_error("hash", "expected one FILE", hash_help);
-  auto reader = format::file_reader::open(a->positional[0]);
+  const auto help = help_of(hash_help);
+  auto a = cli::parse(argc, argv, 2, cli::with_remote_valued(cli::decrypt_options), cli::with_remote_flags({"--json", "--no-verify", "--help"}));
+  if (!a) return cli::usage_error("hash", a.error().message, help.c_str());
+  if (a->has("--help")) return std::printf("%s", help.c_str()), 0;
+  if (a->positional.size() != 1) return cli::usage_error("hash", "expected one FILE", help.c_str());
+  tz::scheduler sched;
+  auto reader = open_file(sched, *a);
   if (!reader) return cli::fail("hash", reader.error());
   const bool json = a->has("--json");
   std::string out = json ? "{\"tensors\":[" : "";
@@ -108,11 +122,13 @@ int cmd_hash(int argc, char** argv) {
 }
 
 int cmd_verify(int argc, char** argv) {
-  auto a = cli::parse(argc, argv, 2, cli::decrypt_options, {"--help"});
-  if (!a) return cli::usage_error("verify", a.error().message, verify_help);
-  if (a->has("--help")) return std::printf("%s", verify_help), 0;
-  if (a->positional.size() != 1) return cli::usage_error("verify", "expected one FILE", verify_help);
-  auto reader = format::file_reader::open(a->positional[0]);
+  const auto help = help_of(verify_help);
+  auto a = cli::parse(argc, argv, 2, cli::with_remote_valued(cli::decrypt_options), cli::with_remote_flags({"--help"}));
+  if (!a) return cli::usage_error("verify", a.error().message, help.c_str());
+  if (a->has("--help")) return std::printf("%s", help.c_str()), 0;
+  if (a->positional.size() != 1) return cli::usage_error("verify", "expected one FILE", help.c_str());
+  tz::scheduler sched;
+  auto reader = open_file(sched, *a);
   if (!reader) return cli::fail("verify", reader.error());
   auto decryption = cli::decryption_from(*a);
   if (!decryption) return cli::fail("verify", decryption.error());
