@@ -1,21 +1,26 @@
 // Question: how close does a load to GPU memory come to the pinned host->device copy limit?
 // In one run: the pinned cudaMemcpyAsync bandwidth (the limit), then load_to_device of one file
 // from the page cache (warm) and from disk with O_DIRECT after dropping its pages (cold); medians
-// of several runs, ratios to the limit, per-stage times and the pinned bytes held vs the ring.
+// of several runs, ratios to the limit, per-stage times and the pinned bytes held vs the ring. A
+// second reference, threads preading the file into pinned slots without uploading, shows the host
+// side's own limit (page-cache copy bandwidth, or the disk when cold).
 // Without --file it writes a synthetic .tensors file. Exits 77 without a GPU.
 #include "tz/device_load.hpp"
 #include "tz/file_source.hpp"
 #include "tz/format/writer.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -35,12 +40,15 @@ struct options {
   int device = 0;
   bool cold = true;
   bool verify = false;
+  bool keep = false;         // keep the synthetic file (reuse it with --file)
+  bool async_punt = false;   // file_options::async_punt for the warm runs
 };
 
 [[noreturn]] void usage() {
   std::fprintf(stderr,
                "usage: gpu_load_bench [--smoke] [--file F] [--size-mib N] [--slots N] [--slot-mib N] [--readers N]\n"
-               "                      [--threads N] [--streams N] [--runs N] [--device cuda:N] [--no-cold] [--verify]\n");
+               "                      [--threads N] [--streams N] [--runs N] [--device cuda:N] [--no-cold] [--verify]\n"
+               "                      [--keep] [--async-punt]\n");
   std::exit(2);
 }
 
@@ -67,6 +75,8 @@ options parse(int argc, char** argv) {
     else if (a == "--device") o.device = tz::unwrap(tz::cuda::parse_device(next()));
     else if (a == "--no-cold") o.cold = false;
     else if (a == "--verify") o.verify = true;
+    else if (a == "--keep") o.keep = true;
+    else if (a == "--async-punt") o.async_punt = true;
     else usage();
   }
   return o;
@@ -99,6 +109,36 @@ double pinned_limit_gbps(const options& o, tz::cuda::uploader& up) {
   return median(gbps);
 }
 
+// The second limit: how fast `threads` threads pread the file in slot-sized pieces into their own
+// pinned slot, with no upload (O_DIRECT after dropping the file's pages when cold). GB/s, median.
+double read_limit_gbps(const options& o, unsigned threads, bool cold) {
+  auto src = tz::unwrap(tz::file_source::open(o.file));
+  const std::uint64_t size = src->size_bytes();
+  std::vector<tz::cuda::pinned_buffer> slots;
+  for (unsigned t = 0; t < threads; ++t) slots.push_back(tz::unwrap(tz::cuda::alloc_pinned(o.slot_bytes)));
+  std::vector<double> gbps;
+  for (int run = 0; run < o.runs + (cold ? 0 : 1); ++run) {
+    if (cold) tz::unwrap(src->drop_cache());
+    const int fd = ::open(o.file.c_str(), O_RDONLY | (cold ? O_DIRECT : 0));
+    if (fd < 0) return 0;
+    std::atomic<std::uint64_t> next{0};
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        for (std::uint64_t off; (off = next.fetch_add(o.slot_bytes)) < size;) {
+          if (::pread(fd, slots[t].data(), o.slot_bytes, static_cast<off_t>(off)) < 0) return;
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ::close(fd);
+    if (cold || run > 0) gbps.push_back(static_cast<double>(size) / s / 1e9);
+  }
+  return median(gbps);
+}
+
 // A synthetic model: float32 tensors of tensor_bytes filling size_bytes.
 std::string write_synthetic(const options& o) {
   const std::string path = "/tmp/gpu_load_bench_" + std::to_string(::getpid()) + ".tensors";
@@ -127,7 +167,7 @@ struct run_result {
 
 // Loads the whole file `runs` times (after one untimed load) and keeps the median run.
 run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& up, tz::lease_ring& ring, bool cold) {
-  auto src = tz::unwrap(tz::file_source::open(o.file, {.direct = cold}));
+  auto src = tz::unwrap(tz::file_source::open(o.file, {.direct = cold, .async_punt = !cold && o.async_punt}));
   auto opened = tz::unwrap(tz::loader::open(sched, src));
   std::vector<run_result> runs;
   for (int run = 0; run < o.runs + (cold ? 0 : 1); ++run) {
@@ -173,8 +213,16 @@ int main(int argc, char** argv) {
   const double limit = pinned_limit_gbps(o, up);
   std::printf("limit %7.2f GB/s  pinned cudaMemcpyAsync, %zu MiB pieces over %d streams\n", limit, o.slot_bytes / mib,
               o.streams);
+  const double read_warm = read_limit_gbps(o, sched.thread_count(), false);
+  std::printf("read  %7.2f GB/s  page cache -> pinned slots, pread on %u threads, no upload\n", read_warm,
+              sched.thread_count());
   print("warm", measure(o, sched, up, *ring, false), limit);
-  if (o.cold) print("cold", measure(o, sched, up, *ring, true), limit);
-  if (synthetic) std::remove(o.file.c_str());
+  if (o.cold) {
+    const double read_cold = read_limit_gbps(o, sched.thread_count(), true);
+    std::printf("read  %7.2f GB/s  disk -> pinned slots, O_DIRECT pread on %u threads, no upload\n", read_cold,
+                sched.thread_count());
+    print("cold", measure(o, sched, up, *ring, true), limit);
+  }
+  if (synthetic && !o.keep) std::remove(o.file.c_str());
   return 0;
 }
