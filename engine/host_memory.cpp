@@ -22,17 +22,26 @@ std::size_t round_up_pages(std::size_t n) { return (n + page_bytes - 1) / page_b
 std::atomic<bool> populate_unsupported{false};
 }  // namespace
 
-host_buffer::host_buffer(std::size_t size_bytes) : size_bytes_(size_bytes) {
+host_buffer::host_buffer(std::size_t size_bytes, bool huge_pages) : size_bytes_(size_bytes) {
   if (size_bytes == 0) return;
-  mapped_bytes_ = round_up_pages(size_bytes);
+  constexpr std::size_t huge_bytes = 2 << 20;
+  mapped_bytes_ = round_up_pages(size_bytes) + (huge_pages ? huge_bytes : 0);
   void* p = ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
-  data_ = static_cast<std::byte*>(p);
+  map_base_ = p;
+  auto addr = reinterpret_cast<std::uintptr_t>(p);
+  if (huge_pages) {
+    addr = (addr + huge_bytes - 1) / huge_bytes * huge_bytes;
+    // Advisory: without THP support this is a no-op and 4 KiB pages are used.
+    ::madvise(reinterpret_cast<void*>(addr), round_up_pages(size_bytes), MADV_HUGEPAGE);
+  }
+  data_ = reinterpret_cast<std::byte*>(addr);
 }
 
 host_buffer::host_buffer(host_buffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_bytes_(std::exchange(other.size_bytes_, 0)),
+      map_base_(std::exchange(other.map_base_, nullptr)),
       mapped_bytes_(std::exchange(other.mapped_bytes_, 0)) {}
 
 host_buffer& host_buffer::operator=(host_buffer&& other) noexcept {
@@ -40,13 +49,14 @@ host_buffer& host_buffer::operator=(host_buffer&& other) noexcept {
     host_buffer old(std::move(*this));
     data_ = std::exchange(other.data_, nullptr);
     size_bytes_ = std::exchange(other.size_bytes_, 0);
+    map_base_ = std::exchange(other.map_base_, nullptr);
     mapped_bytes_ = std::exchange(other.mapped_bytes_, 0);
   }
   return *this;
 }
 
 host_buffer::~host_buffer() {
-  if (data_ != nullptr) ::munmap(data_, mapped_bytes_);
+  if (map_base_ != nullptr) ::munmap(map_base_, mapped_bytes_);
 }
 
 void prefault(std::span<std::byte> bytes) noexcept {

@@ -94,7 +94,7 @@ task<result<loaded_tensors>> loader::async_load(scheduler& sched, std::vector<st
   }
   loaded_tensors out;
   try {
-    out.memory_ = host_buffer(total);
+    out.memory_ = host_buffer(total, req.options.huge_pages);
   } catch (const std::bad_alloc&) {
     co_return make_error(errc::io, source_->name() + ": cannot map " + std::to_string(total) + " bytes for the load");
   }

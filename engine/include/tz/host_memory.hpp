@@ -11,7 +11,10 @@ class host_buffer {
  public:
   host_buffer() = default;
   // Maps size_bytes (rounded up to whole pages). Throws std::bad_alloc when the mapping fails.
-  explicit host_buffer(std::size_t size_bytes);
+  // huge_pages: align to 2 MiB and ask for transparent huge pages (MADV_HUGEPAGE): 512x fewer page
+  // faults. Measured here: populate + copy into 1 GiB at 10-11.7 GB/s with huge pages against
+  // 3.2-4.2 GB/s with 4 KiB pages, but the first use after boot can stall in compaction.
+  explicit host_buffer(std::size_t size_bytes, bool huge_pages = false);
   host_buffer(host_buffer&& other) noexcept;
   host_buffer& operator=(host_buffer&& other) noexcept;
   host_buffer(const host_buffer&) = delete;
@@ -25,6 +28,7 @@ class host_buffer {
  private:
   std::byte* data_ = nullptr;
   std::size_t size_bytes_ = 0;   // as requested
+  void* map_base_ = nullptr;     // the mapping (data_ may be aligned inside it)
   std::size_t mapped_bytes_ = 0; // whole pages
 };
 

@@ -64,6 +64,8 @@ struct load_options {
   bool verify = false;
   // Pre-fault loader-owned memory (on the reading worker, just before each read).
   bool prefault = true;
+  // Back loader-owned memory with transparent huge pages (see host_buffer): far fewer faults.
+  bool huge_pages = true;
   range_stage* stage = nullptr;
   // Called after each completed range from a worker thread, never concurrently with itself.
   std::function<void(const load_progress&)> on_progress;
