@@ -49,3 +49,5 @@ int cmd_copy(int argc, char** argv);
 int cmd_convert(int argc, char** argv);
 int cmd_synth(int argc, char** argv);
 int cmd_keygen(int argc, char** argv);
+int cmd_load(int argc, char** argv);
+int cmd_load_device(int argc, char** argv, const std::string& device);
