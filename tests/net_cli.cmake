@@ -1,0 +1,30 @@
+# tests/net_cli.cmake: the CLI and the loader over remote sources, against the servers of tests/net.cmake
+# (its fixtures and port scheme): net_cli_test (C++ loader API, whole and filtered loads), net_cli.sh
+# (synth, copy up/down, hash --json, load, error messages, encrypted over HTTP) and
+# tests/python/check_remote_cross.py (the real tensorizer reads what ours uploaded). Skips: exit 77.
+add_executable(net_cli_test ${CMAKE_CURRENT_LIST_DIR}/net_cli_test.cpp ${CMAKE_CURRENT_LIST_DIR}/doctest_main.cpp)
+target_link_libraries(net_cli_test PRIVATE doctest::doctest tz::net tz::engine tz::backends)
+target_compile_definitions(net_cli_test PRIVATE TZ_NET_WORKDIR="${tz_net_dir}" TZ_NET_SCRIPTS="${tz_net_scripts}"
+                           TZ_NET_PORT_BASE=${TZ_NET_PORT_BASE} TZ_CLI="$<TARGET_FILE:tensorizer>")
+tz_target_defaults(net_cli_test)
+if(TZ_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  target_compile_options(net_cli_test PRIVATE -Wno-maybe-uninitialized)  # GCC 12 false positives in variant2
+endif()
+add_dependencies(net_cli_test tensorizer)
+
+find_package(Python3 COMPONENTS Interpreter QUIET)
+foreach(pair "http:nginx" "s3:rgw" "redis:redis")
+  string(REPLACE ":" ";" parts "${pair}")
+  list(GET parts 0 suite)
+  list(GET parts 1 fixture)
+  add_test(NAME net_cli_test_${suite} COMMAND net_cli_test --test-suite=${suite})
+  add_test(NAME net_cli_sh_${suite} COMMAND ${CMAKE_CURRENT_LIST_DIR}/net_cli.sh ${suite} $<TARGET_FILE:tensorizer>)
+  set(tests net_cli_test_${suite} net_cli_sh_${suite})
+  if(Python3_FOUND)
+    add_test(NAME net_cli_cross_${suite} COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/python/check_remote_cross.py
+             ${suite} $<TARGET_FILE:tensorizer>)
+    list(APPEND tests net_cli_cross_${suite})
+  endif()
+  set_tests_properties(${tests} PROPERTIES SKIP_RETURN_CODE 77 FIXTURES_REQUIRED net_${fixture}
+                       ENVIRONMENT "${tz_net_env};TZ_NET_SCRIPTS=${tz_net_scripts}")
+endforeach()
