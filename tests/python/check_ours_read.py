@@ -5,8 +5,9 @@ usage: check_ours_read.py CLI [REFDIR]
 CLI is our `tensorizer` binary. REFDIR holds the output of make_reference.py; without it the references
 are written into a temporary directory first. For every reference file: `inspect --json` must give the
 manifest's names, dtypes, shapes, types, module indices and a byte layout whose data ranges hash to the
-manifest's sha256; `hash --json` must give the manifest's sha256 per tensor; `verify` and `load` must
-succeed. Corrupt, truncated, foreign and missing files must fail cleanly (exit > 0, no signal, no hang).
+manifest's sha256; `hash --json` must give the manifest's sha256 per tensor; `verify` and
+`load --verify --json` must succeed. Corrupt, truncated, foreign and missing files must fail cleanly
+(exit > 0, no signal, no hang).
 Exits 77 when torch/tensorizer cannot be imported, 1 on any mismatch.
 """
 
@@ -82,6 +83,21 @@ def check_hash(failures, cli, manifest):
         failures.check(got[key] == want[key], f"{where}: tensor {key}: sha256 {got[key]}, expected {want[key]}")
 
 
+def check_load(failures, cli, manifest):
+    """`load --verify --json` must load every tensor; bytes may count meta tensors as data or not."""
+    where = manifest["file"]
+    report = tzcross.cli_json(failures, cli, "load", "--verify", "--json", manifest["path"])
+    if report is None:
+        return
+    tensors = manifest["tensors"]
+    failures.check(report.get("tensors") == len(tensors),
+                   f"{where}: load reports {report.get('tensors')!r} tensors, expected {len(tensors)}")
+    stored_bytes = sum(t["data_length"] for t in tensors)
+    materialized_bytes = sum(t["nbytes"] for t in tensors)  # meta tensors count as their zeros
+    failures.check(report.get("bytes") in (stored_bytes, materialized_bytes),
+                   f"{where}: load reports {report.get('bytes')!r} bytes, expected {stored_bytes}")
+
+
 def check_succeeds(failures, cli, *args):
     result = tzcross.run_cli(cli, *args)
     failures.check(result.returncode == 0,
@@ -122,11 +138,13 @@ def check_bad_inputs(failures, cli, manifest, info, work_dir):
     corrupt = write_variant(os.path.join(work_dir, "corrupt.tensors"), data, flip)
     check_fails_cleanly(failures, cli, "a flipped data byte", "verify", corrupt, must_mention="f32.big")
     check_fails_cleanly(failures, cli, "a flipped data byte", "hash", "--json", corrupt)
+    check_fails_cleanly(failures, cli, "a flipped data byte", "load", "--verify", corrupt)
     truncated = os.path.join(work_dir, "truncated.tensors")
     with open(truncated, "wb") as stream:
         stream.write(data[:middle])
     check_fails_cleanly(failures, cli, "a truncated file", "verify", truncated)
     check_fails_cleanly(failures, cli, "a truncated file", "hash", "--json", truncated)
+    check_fails_cleanly(failures, cli, "a truncated file", "load", truncated)
 
     def unmagic(b):
         b[0:5] = b"|TZX|"
@@ -156,7 +174,7 @@ def main():
             info = check_inspect(failures, cli, manifest)
             check_hash(failures, cli, manifest)
             check_succeeds(failures, cli, "verify", manifest["path"])
-            check_succeeds(failures, cli, "load", manifest["path"])
+            check_load(failures, cli, manifest)
             if manifest["file"] == "plain.tensors" and info is not None:
                 check_bad_inputs(failures, cli, manifest, info, work_dir)
     finally:

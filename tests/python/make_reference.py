@@ -143,7 +143,8 @@ def manifest_entry(name, tensor, tensor_type, module_index):
     data_length = 0 if tensor.is_meta else tensor.numel() * tensor.element_size()
     return {"name": tzcross.public_name(name), "dtype": tzcross.dtype_name(tensor),
             "shape": list(tensor.shape), "type": tensor_type, "module_index": module_index,
-            "data_length": data_length, "meta": bool(tensor.is_meta),
+            "data_length": data_length, "nbytes": tensor.numel() * tensor.element_size(),
+            "meta": bool(tensor.is_meta),
             "sha256": tzcross.sha256_hex(tzcross.tensor_bytes(tensor))}
 
 
