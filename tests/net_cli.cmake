@@ -28,3 +28,11 @@ foreach(pair "http:nginx" "s3:rgw" "redis:redis")
   set_tests_properties(${tests} PROPERTIES SKIP_RETURN_CODE 77 FIXTURES_REQUIRED net_${fixture}
                        ENVIRONMENT "${tz_net_env};TZ_NET_SCRIPTS=${tz_net_scripts}")
 endforeach()
+
+# Benchmark smoke run (bench/remote_load.cmake) with tiny parameters, so it cannot rot.
+if(TARGET remote_load_bench)
+  add_test(NAME remote_load_bench_smoke
+           COMMAND ${CMAKE_CURRENT_LIST_DIR}/../bench/remote_load_bench.sh ${CMAKE_BINARY_DIR} 16 2 1 --no-peer)
+  set_tests_properties(remote_load_bench_smoke PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT "${tz_net_env}"
+                       FIXTURES_REQUIRED "net_nginx;net_redis;net_rgw")
+endif()
