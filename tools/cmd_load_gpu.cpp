@@ -1,6 +1,7 @@
-// tensorizer load --device cuda:N: loads a local file straight into GPU memory and reports the
+// tensorizer load --device cuda:N: loads a file or URI straight into GPU memory and reports the
 // per-stage timings. The `load` subcommand dispatches here when --device names a GPU.
 #include "cli.hpp"
+#include "open_source.hpp"
 
 #include "tz/device_load.hpp"
 #include "tz/file_source.hpp"
@@ -13,12 +14,12 @@ using namespace tz;
 namespace {
 
 constexpr const char* load_device_help =
-    "usage: tensorizer load --device cuda:N [options] FILE\n"
-    "  Loads the tensors of FILE (.tensors or safetensors) into the memory of GPU N through a ring of\n"
-    "  pinned staging slots, and prints per-stage timings.\n"
+    "usage: tensorizer load --device cuda:N [options] FILE|URI\n"
+    "  Loads the tensors of FILE or URI (.tensors or safetensors; http(s)://, s3://, redis://) into the\n"
+    "  memory of GPU N through a ring of pinned staging slots, and prints per-stage timings.\n"
     "  --only NAME[,NAME...]    load only these tensors (by name)\n"
     "  --verify                 check the stored CRC32 / SHA-256 of every tensor before it is uploaded\n"
-    "  --direct                 read with O_DIRECT (cold files)\n"
+    "  --direct                 read a local FILE with O_DIRECT (cold files)\n"
     "  --slots N                staging slots (16)          --slot-mib N   slot size in MiB (16)\n"
     "  --readers N              reads in flight (automatic) --threads N    worker threads (one per core)\n"
     "  --streams N              CUDA streams (4)\n"
@@ -97,21 +98,31 @@ void print_report(const device_tensors& t, const std::string& device) {
 // 0 loaded, 1 a failure (no GPU: errc::no_device, reported as such), 2 a usage error.
 int cmd_load_device(int argc, char** argv, const std::string& device) {
   auto a = cli::parse(argc, argv, 2,
-                      {"--device", "--only", "--slots", "--slot-mib", "--readers", "--threads", "--streams",
-                       "--decrypt-key-file", "--decrypt-passphrase-file"},
-                      {"--help", "--verify", "--direct"});
+                      cli::with_remote_valued({"--device", "--only", "--slots", "--slot-mib", "--readers", "--threads",
+                                               "--streams", "--decrypt-key-file", "--decrypt-passphrase-file"}),
+                      cli::with_remote_flags({"--help", "--verify", "--direct"}));
   if (!a) return cli::usage_error("load", a.error().message, load_device_help);
   if (a->has("--help")) {
     std::fputs(load_device_help, stdout);
+    std::fputs(cli::remote_help, stdout);
     return 0;
   }
+  auto remote = cli::remote_options_from(*a);
+  if (!remote) return cli::usage_error("load", remote.error().message, load_device_help);
   auto args = read_args(*a);
   if (!args) return cli::usage_error("load", args.error().message, load_device_help);
   auto index = cuda::parse_device(device);
   if (!index) return cli::usage_error("load", index.error().message, load_device_help);
   auto up = cuda::uploader::create(*index, args->streams);
   if (!up) return cli::fail("load", up.error());
-  auto src = file_source::open(args->path, {.direct = args->direct});
+  result<std::shared_ptr<byte_source>> src = make_error(errc::io, "");
+  if (args->direct) {
+    auto file = file_source::open(args->path, {.direct = true});
+    if (file) src = std::shared_ptr<byte_source>(std::move(*file));
+    else src = file.error();
+  } else {
+    src = cli::open_any(args->path, *remote);
+  }
   if (!src) return cli::fail("load", src.error());
   scheduler sched(args->threads);
   auto opened = loader::open(sched, *src);
