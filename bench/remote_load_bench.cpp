@@ -6,7 +6,7 @@
 // GB/s = object bytes / wall seconds, median of REPEAT runs. The tensorizer peer (a python script) loads
 // the HTTP URL with TensorDeserializer(device="cpu", num_readers=1,2,4,8) and reports its best median.
 // usage: remote_load_bench [--http URL] [--s3 URL --s3-endpoint E] [--redis URL] [--connections N]
-//                          [--repeat R] [--peer tensorizer_http_peer.py]   (S3 keys: AWS_ACCESS_KEY_ID/SECRET)
+//                          [--repeat R] [--range-mib M] [--peer tensorizer_http_peer.py]   (S3 keys: AWS_ACCESS_KEY_ID/SECRET)
 #include "tz/http_source.hpp"
 #include "tz/loader.hpp"
 #include "tz/redis_source.hpp"
@@ -34,6 +34,7 @@ struct config {
   std::string http, s3, s3_endpoint, redis, peer;
   unsigned connections = 4;
   int repeat = 5;
+  std::uint64_t range_bytes = 0;  // the loader's largest read; 0 = its default
 };
 
 double seconds_since(clock_type::time_point start) {
@@ -77,7 +78,7 @@ double curl_seconds(const std::string& url, std::uint64_t size, unsigned n, cons
 
 // Our side: open the index, then load every tensor into `buffer` (pre-faulted, reused across runs).
 double ours_seconds(tz::scheduler& sched, const std::function<std::shared_ptr<tz::byte_source>()>& open,
-                    unsigned readers, std::vector<std::byte>& buffer) {
+                    unsigned readers, std::uint64_t range_bytes, std::vector<std::byte>& buffer) {
   const auto start = clock_type::now();
   auto l = tz::loader::open_or_throw(sched, open());
   std::uint64_t total = 0;
@@ -90,7 +91,7 @@ double ours_seconds(tz::scheduler& sched, const std::function<std::shared_ptr<tz
     dst.push_back({i, std::span(buffer).subspan(at, n)});
     at += n;
   }
-  tz::unwrap(l.load_into(sched, std::move(dst), {.readers = readers}));
+  tz::unwrap(l.load_into(sched, std::move(dst), {.readers = readers, .range_bytes = range_bytes}));
   return seconds_since(start);
 }
 
@@ -193,6 +194,7 @@ config parse(int argc, char** argv) {
     else if (k == "--connections") c.connections = static_cast<unsigned>(std::max(1, std::atoi(v.c_str())));
     else if (k == "--repeat") c.repeat = std::max(1, std::atoi(v.c_str()));
     else if (k == "--peer") c.peer = v;
+    else if (k == "--range-mib") c.range_bytes = std::strtoull(v.c_str(), nullptr, 10) << 20;
     else throw std::invalid_argument("unknown option " + k);
   }
   return c;
@@ -212,7 +214,7 @@ int main(int argc, char** argv) try {
     o.connections = 1;  // one connection per reader: N readers = N connections
     auto open = [&] { return std::shared_ptr<tz::byte_source>(tz::unwrap(tz::open_http_source(o, cfg.http))); };
     const auto size = source_size(sched, *open());
-    rows.push_back(measure(cfg, "http", "curl", size, [&] { return ours_seconds(sched, open, n, buffer); },
+    rows.push_back(measure(cfg, "http", "curl", size, [&] { return ours_seconds(sched, open, n, cfg.range_bytes, buffer); },
                            [&] { return curl_seconds(cfg.http, size, n, ""); }));
   }
   if (!cfg.s3.empty()) {
@@ -228,7 +230,7 @@ int main(int argc, char** argv) try {
     const char* sk = std::getenv("AWS_SECRET_ACCESS_KEY");
     const std::string sign = "--aws-sigv4 aws:amz:us-east-1:s3 --user " + shell_quote(std::string(ak ? ak : "") + ":" + (sk ? sk : "")) +
                              " -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD'";
-    rows.push_back(measure(cfg, "s3", "curl-sigv4", size, [&] { return ours_seconds(sched, open, n, buffer); },
+    rows.push_back(measure(cfg, "s3", "curl-sigv4", size, [&] { return ours_seconds(sched, open, n, cfg.range_bytes, buffer); },
                            [&] { return curl_seconds(url, size, n, sign); }));
   }
   if (!cfg.redis.empty()) {
@@ -238,7 +240,7 @@ int main(int argc, char** argv) try {
     const auto size = source_size(sched, *open());
     const auto uri = tz::unwrap(tz::parse_uri(cfg.redis));
     std::vector<std::byte> raw_buffer;
-    rows.push_back(measure(cfg, "redis", "hiredis-GETRANGE", size, [&] { return ours_seconds(sched, open, n, buffer); },
+    rows.push_back(measure(cfg, "redis", "hiredis-GETRANGE", size, [&] { return ours_seconds(sched, open, n, cfg.range_bytes, buffer); },
                            [&] { return redis_raw_seconds(uri, n, raw_buffer); }));
   }
   std::printf("\n%-6s %-11s %10s %17s %10s %7s\n", "source", "connections", "ours GB/s", "reference", "ref GB/s", "ratio");
