@@ -37,14 +37,17 @@ result<void> pread_all(int fd, const std::string& path, std::uint64_t offset, st
 
 // Closes its descriptor when the last copy of the read function goes away.
 struct shared_fd {
-  int fd;
+  explicit shared_fd(int f) : fd(f) {}
+  shared_fd(const shared_fd&) = delete;
+  shared_fd& operator=(const shared_fd&) = delete;
   ~shared_fd() { ::close(fd); }
+  int fd;
 };
 
 result<file_reader> file_reader::open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return os_error("cannot open", path, 0, errno);
-  auto owner = std::make_shared<shared_fd>(shared_fd{fd});
+  auto owner = std::make_shared<shared_fd>(fd);
   struct stat st {};
   if (::fstat(fd, &st) != 0) return os_error("cannot stat", path, 0, errno);
   auto read = [owner, path](std::uint64_t offset, std::span<std::byte> dst) {
