@@ -3,13 +3,17 @@
 // from the page cache (warm) and from disk with O_DIRECT after dropping its pages (cold); medians
 // of several runs, ratios to the limit, per-stage times and the pinned bytes held vs the ring. A
 // second reference, threads preading the file into pinned slots without uploading, shows the host
-// side's own limit (page-cache copy bandwidth, or the disk when cold).
+// side's own limit (page-cache copy bandwidth, or the disk when cold). Warm loads run both ways:
+// through the staging ring, and direct from the page cache (chunks of the mapped file pinned in
+// place, read-only, and copied from there); a third reference times pinning and unpinning those
+// chunks alone, with no copy.
 // Without --file it writes a synthetic .tensors file. Exits 77 without a GPU.
 #include "tz/device_load.hpp"
 #include "tz/file_source.hpp"
 #include "tz/format/writer.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,13 +46,18 @@ struct options {
   bool verify = false;
   bool keep = false;         // keep the synthetic file (reuse it with --file)
   bool async_punt = false;   // file_options::async_punt for the warm runs
+  bool ring_path = true;     // warm loads through the staging ring
+  bool direct_path = true;   // warm loads direct from the page cache
+  std::size_t chunk_bytes = 32 * mib;  // direct path: pinned per registration
+  std::size_t pinned_bytes = 0;        // direct path: pinned at once (0: the ring's size)
 };
 
 [[noreturn]] void usage() {
   std::fprintf(stderr,
                "usage: gpu_load_bench [--smoke] [--file F] [--size-mib N] [--slots N] [--slot-mib N] [--readers N]\n"
                "                      [--threads N] [--streams N] [--runs N] [--device cuda:N] [--no-cold] [--verify]\n"
-               "                      [--keep] [--async-punt]\n");
+               "                      [--keep] [--async-punt] [--path ring|direct|both] [--chunk-mib N]\n"
+               "                      [--pinned-mib N]\n");
   std::exit(2);
 }
 
@@ -77,6 +86,13 @@ options parse(int argc, char** argv) {
     else if (a == "--verify") o.verify = true;
     else if (a == "--keep") o.keep = true;
     else if (a == "--async-punt") o.async_punt = true;
+    else if (a == "--path") {
+      const std::string_view p = next();
+      if (p != "ring" && p != "direct" && p != "both") usage();
+      o.ring_path = p != "direct";
+      o.direct_path = p != "ring";
+    } else if (a == "--chunk-mib") o.chunk_bytes = num() * mib;
+    else if (a == "--pinned-mib") o.pinned_bytes = num() * mib;
     else usage();
   }
   return o;
@@ -139,6 +155,41 @@ double read_limit_gbps(const options& o, unsigned threads, bool cold) {
   return median(gbps);
 }
 
+// The direct path's own cost: `threads` threads pin and unpin the mapped (cached) file in
+// chunk-sized pieces, read-only, with no copy. GB/s of file pinned, median of runs.
+double register_limit_gbps(const options& o, unsigned threads) {
+  auto src = tz::unwrap(tz::file_source::open(o.file));
+  const std::size_t size = src->size_bytes();
+  const int fd = ::open(o.file.c_str(), O_RDONLY);
+  if (fd < 0) return 0;
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return 0;
+  const auto* base = static_cast<const std::byte*>(map);
+  std::vector<double> gbps;
+  for (int run = 0; run < o.runs + 1; ++run) {
+    std::atomic<std::size_t> next{0};
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t) {
+      pool.emplace_back([&] {
+        for (std::size_t off; (off = next.fetch_add(o.chunk_bytes)) < size;) {
+          auto pinned = tz::cuda::register_read_only(o.device, {base + off, std::min(o.chunk_bytes, size - off)});
+          if (!pinned) {
+            std::fprintf(stderr, "register: %s\n", pinned.error().message.c_str());
+            return;
+          }
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (run > 0) gbps.push_back(static_cast<double>(size) / s / 1e9);
+  }
+  ::munmap(map, size);
+  return median(gbps);
+}
+
 // A synthetic model: float32 tensors of tensor_bytes filling size_bytes.
 std::string write_synthetic(const options& o) {
   const std::string path = "/tmp/gpu_load_bench_" + std::to_string(::getpid()) + ".tensors";
@@ -163,10 +214,12 @@ struct run_result {
   tz::device_load_timings timings;
   std::uint64_t pinned_max = 0;
   std::uint64_t ring = 0;
+  bool direct = false;
 };
 
 // Loads the whole file `runs` times (after one untimed load) and keeps the median run.
-run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& up, tz::lease_ring& ring, bool cold) {
+run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& up, tz::lease_ring& ring, bool cold,
+                   tz::direct_mode direct) {
   auto src = tz::unwrap(tz::file_source::open(o.file, {.direct = cold, .async_punt = !cold && o.async_punt}));
   auto opened = tz::unwrap(tz::loader::open(sched, src));
   std::vector<run_result> runs;
@@ -176,10 +229,14 @@ run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& u
     lo.ring = &ring;
     lo.readers = o.readers;
     lo.verify = o.verify;
+    lo.direct_from_page_cache = direct;
+    lo.local_file = o.file;
+    lo.direct_chunk_bytes = o.chunk_bytes;
+    lo.direct_pinned_bytes = o.pinned_bytes;
     auto t = tz::unwrap(tz::load_to_device(sched, up, opened, src, {}, lo));
     if (!cold && run == 0) continue;  // the warm-up load fills the page cache
     runs.push_back({static_cast<double>(t.data_bytes()) / t.timings().total_s / 1e9, t.timings(), t.pinned_bytes_max(),
-                    t.ring_bytes()});
+                    t.ring_bytes(), t.direct_from_page_cache()});
   }
   std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.gbps < b.gbps; });
   return runs[runs.size() / 2];
@@ -187,10 +244,11 @@ run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& u
 
 void print(const char* what, const run_result& r, double limit) {
   const auto& t = r.timings;
-  std::printf("%-5s %7.2f GB/s  %.3fx limit | total %.3f s, prepare %.3f s | worker-s: read %.3f verify %.3f "
-              "decrypt %.3f h2d-wait %.3f | pinned max %.0f MiB of ring %.0f MiB\n",
-              what, r.gbps, r.gbps / limit, t.total_s, t.prepare_s, t.read_s, t.verify_s, t.decrypt_s, t.h2d_wait_s,
-              static_cast<double>(r.pinned_max) / mib, static_cast<double>(r.ring) / mib);
+  std::printf("%-12s %7.2f GB/s  %.3fx limit | %s | total %.3f s, prepare %.3f s | worker-s: read %.3f verify %.3f "
+              "decrypt %.3f register %.3f h2d-wait %.3f | pinned max %.0f MiB (ring %.0f MiB)\n",
+              what, r.gbps, r.gbps / limit, r.direct ? "direct" : "ring", t.total_s, t.prepare_s, t.read_s, t.verify_s,
+              t.decrypt_s, t.register_s, t.h2d_wait_s, static_cast<double>(r.pinned_max) / mib,
+              static_cast<double>(r.ring) / mib);
 }
 
 }  // namespace
@@ -216,12 +274,18 @@ int main(int argc, char** argv) {
   const double read_warm = read_limit_gbps(o, sched.thread_count(), false);
   std::printf("read  %7.2f GB/s  page cache -> pinned slots, pread on %u threads, no upload\n", read_warm,
               sched.thread_count());
-  print("warm", measure(o, sched, up, *ring, false), limit);
+  if (o.ring_path) print("warm ring", measure(o, sched, up, *ring, false, tz::direct_mode::off), limit);
+  if (o.direct_path) {
+    const double pin = register_limit_gbps(o, sched.thread_count());
+    std::printf("pin   %7.2f GB/s  page cache pinned + unpinned in place, %zu MiB chunks on %u threads, no copy\n", pin,
+                o.chunk_bytes / mib, sched.thread_count());
+    print("warm direct", measure(o, sched, up, *ring, false, tz::direct_mode::on), limit);
+  }
   if (o.cold) {
     const double read_cold = read_limit_gbps(o, sched.thread_count(), true);
     std::printf("read  %7.2f GB/s  disk -> pinned slots, O_DIRECT pread on %u threads, no upload\n", read_cold,
                 sched.thread_count());
-    print("cold", measure(o, sched, up, *ring, true), limit);
+    print("cold ring", measure(o, sched, up, *ring, true, tz::direct_mode::off), limit);
   }
   if (synthetic && !o.keep) std::remove(o.file.c_str());
   return 0;

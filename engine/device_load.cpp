@@ -1,5 +1,6 @@
 // Loading to device memory: selection, the header pass of split tensors, the plan, the pinned ring,
 // the device allocation, then readers on every worker and a drain of the copies in flight.
+#include "device_direct.hpp"
 #include "device_load_state.hpp"
 
 #include "tz/host_memory.hpp"
@@ -7,6 +8,7 @@
 #include <boost/asio/co_spawn.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 // TZ_CHECK for coroutines (co_return instead of return).
@@ -184,6 +186,10 @@ struct device_load_access {
     out.pinned_bytes_max_ = st.ring ? st.slots_out_max.load() * st.ring->slot_bytes() : 0;
     return out;
   }
+  static void mark_direct(device_tensors& t, std::uint64_t pinned_bytes_max) {
+    t.direct_ = true;
+    t.pinned_bytes_max_ = pinned_bytes_max;
+  }
 };
 
 namespace {
@@ -246,6 +252,108 @@ task<void> run_readers(scheduler& sched, device_load_state& st, unsigned readers
 
 double seconds(std::int64_t ns) { return static_cast<double>(ns) * 1e-9; }
 
+// Why the direct path cannot apply to this load, or nothing when it can.
+std::optional<std::string> direct_refusal(const loader& opened, const device_load_options& o) {
+  if (o.local_file.empty()) return "no local file is named (device_load_options::local_file)";
+  if (o.verify) return "verification needs the bytes on the host";
+  if (o.decryption || (opened.kind() == file_kind::tensorizer && opened.index().header.has_crypt_info())) {
+    return "the file is encrypted";
+  }
+  return std::nullopt;
+}
+
+// The selection and device layout without a ring: no tensor is split, so no header is read.
+result<void> plan_direct(device_load_state& st, const loader& opened, std::vector<std::size_t> which) {
+  TZ_TRY(selected, select_device_entries(*st.index, std::move(which)));
+  st.selected = std::move(selected);
+  st.with_headers = opened.kind() == file_kind::tensorizer;
+  const device_plan_options popts{std::numeric_limits<std::uint64_t>::max() / 2, 64 << 10, st.with_headers};
+  const std::vector<std::uint64_t> align(st.selected.size(), plain_split_align_bytes);
+  TZ_TRY(plan, make_device_plan(st.selected, align, popts));
+  st.plan = std::move(plan);
+  return {};
+}
+
+// The stored bytes of the selected tensors and where they go, in file order.
+std::vector<direct_piece> direct_pieces(const device_load_state& st) {
+  std::vector<direct_piece> pieces;
+  for (std::size_t slot = 0; slot < st.selected.size(); ++slot) {
+    const auto& e = *st.selected[slot];
+    if (e.data_length > 0) pieces.push_back({e.data_offset, e.data_length, st.plan.device_offset[slot]});
+  }
+  std::sort(pieces.begin(), pieces.end(),
+            [](const auto& a, const auto& b) { return a.file_offset_bytes < b.file_offset_bytes; });
+  return pieces;
+}
+
+// True when at least 90% of the pages holding the pieces are in the page cache: pinning a page
+// that is not faults it in from disk one fault at a time, slower than the ring's O_DIRECT reads.
+result<bool> mostly_cached(const page_cache_file& file, std::span<const direct_piece> pieces) {
+  std::uint64_t resident = 0;
+  std::uint64_t total = 0;
+  for (const auto& p : pieces) {
+    TZ_TRY(counts, file.resident_pages(p.file_offset_bytes, p.length_bytes));
+    resident += counts.first;
+    total += counts.second;
+  }
+  return resident * 10 >= total * 9;
+}
+
+// The direct path when it applies (see device_load_options::direct_from_page_cache); nothing when
+// the ring path should run instead.
+task<result<std::optional<device_tensors>>> try_load_direct(scheduler& sched, cuda::uploader& up, const loader& opened,
+                                                            byte_source& source, std::vector<std::size_t> which,
+                                                            const device_load_options& o, device_clock::time_point t0) {
+  using none = std::optional<device_tensors>;
+  const bool required = o.direct_from_page_cache == direct_mode::on;
+  auto refuse = [&](const std::string& why) -> result<none> {
+    if (!required) return none();
+    return make_error(errc::invalid_argument, source.name() + ": cannot load straight from the page cache: " + why);
+  };
+  if (o.direct_from_page_cache == direct_mode::off) co_return none();
+  if (auto why = direct_refusal(opened, o)) co_return refuse(*why);
+  auto supported = cuda::read_only_register_supported(up.device());
+  if (!supported) co_return supported.error();
+  if (!*supported) co_return refuse("cuda:" + std::to_string(up.device()) + " cannot pin read-only host memory");
+  auto file = page_cache_file::open(o.local_file);
+  if (!file) co_return required ? result<none>(file.error()) : result<none>(none());
+  auto size = co_await source.size();
+  if (!size) co_return size.error();
+  if (*size != file->size_bytes()) {
+    co_return refuse(o.local_file + " has " + std::to_string(file->size_bytes()) + " bytes, the source " +
+                     std::to_string(*size));
+  }
+  device_load_state st;
+  st.index = &opened.index();
+  st.source = &source;
+  st.up = &up;
+  st.options = &o;
+  TZ_CHECK_CO(plan_direct(st, opened, std::move(which)));
+  const auto pieces = direct_pieces(st);
+  auto cached = mostly_cached(*file, pieces);
+  if (!cached) co_return cached.error();
+  if (!*cached && !required) co_return none();
+  auto buffer = cuda::alloc_device(up.device(), st.plan.device_bytes);
+  if (!buffer) co_return buffer.error();
+  auto owned = std::make_shared<cuda::device_buffer>(std::move(*buffer));
+  st.dst = owned.get();
+  auto zeros = zero_meta(st);
+  if (!zeros) co_return zeros.error();
+  device_load_timings t;
+  t.prepare_s = seconds(nanoseconds_since(t0));
+  const std::uint64_t pinned = o.direct_pinned_bytes ? o.direct_pinned_bytes : o.slot_count * o.slot_bytes;
+  auto stats = co_await upload_from_page_cache(sched, up, *owned, *file, pieces, {o.direct_chunk_bytes, pinned});
+  auto zeroed = wait_all(up, *zeros);
+  if (!stats) co_return stats.error();
+  if (!zeroed) co_return zeroed.error();
+  t.register_s = seconds(stats->register_ns);
+  t.h2d_wait_s = seconds(stats->wait_ns);
+  t.total_s = seconds(nanoseconds_since(t0));
+  auto out = device_load_access::make(st, std::move(owned), t);
+  device_load_access::mark_direct(out, stats->pinned_bytes_max);
+  co_return std::optional<device_tensors>(std::move(out));
+}
+
 }  // namespace
 
 result<std::unique_ptr<lease_ring>> make_pinned_ring(std::size_t slot_count, std::size_t slot_bytes) {
@@ -275,6 +383,9 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::upload
   if (!source || &opened.source() != source.get()) {
     co_return make_error(errc::invalid_argument, "load to device: the source is not the one the loader was opened from");
   }
+  auto direct = co_await try_load_direct(sched, up, opened, *source, which, options, t0);
+  if (!direct) co_return direct.error();
+  if (*direct) co_return std::move(**direct);
   std::unique_ptr<lease_ring> own_ring;
   if (options.ring == nullptr) {
     auto made = make_pinned_ring(options.slot_count, options.slot_bytes);

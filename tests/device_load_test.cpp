@@ -1,7 +1,8 @@
 // Loading to GPU memory. Suite "host" (no GPU): the plan (whole tensors packed, large ones cut at
 // cipher-chunk multiples, 256-byte device offsets) and dtype mapping. Suite "gpu" (exit 77 without
 // one): device bytes equal the reference manifests, encrypted files, filtered loads, many small
-// tensors, tensors larger than the whole ring, corrupt data, safetensors, bounded pinned memory.
+// tensors, tensors larger than the whole ring, corrupt data, safetensors, bounded pinned memory, and
+// the direct path (page-cache pages pinned in place, no ring) and when it applies.
 #include "tz/device_load.hpp"
 #include "tz/device_plan.hpp"
 #include "tz/file_source.hpp"
@@ -413,6 +414,84 @@ TEST_SUITE("gpu") {
     CHECK(std::memcmp(da.data(), a.data(), 24) == 0);
     CHECK(std::memcmp(db.data(), b.data(), 6) == 0);
     CHECK(t->to_dlpack(ib).value()->dl_tensor.dtype.code == kDLInt);
+  }
+
+  TEST_CASE("direct from the page cache: every dtype, chunks cutting tensors, filtered, bounded") {
+    require_gpu();
+    gpu g;
+    if (!tz::cuda::read_only_register_supported(0).value()) {
+      MESSAGE("cuda:0 cannot pin read-only host memory: the direct path is not tested");
+      return;
+    }
+    for (const char* name : {"small_mixed", "module", "nested", "meta_v4"}) {
+      CAPTURE(name);
+      const std::string path = vectors_dir() + "/" + name + ".tensors";
+      tz::device_load_options o;
+      o.direct_from_page_cache = tz::direct_mode::on;
+      o.local_file = path;
+      o.direct_chunk_bytes = 4096;  // tiny chunks: most tensors span several registrations
+      auto t = g.load(open_file(path), {}, o);
+      REQUIRE(ok(t));
+      CHECK(t->direct_from_page_cache());
+      CHECK(t->ring_bytes() == 0);
+      auto hashes = manifest_hashes(vectors_dir() + "/" + name + ".manifest.json");
+      for (std::size_t i = 0; i < t->size(); ++i) {
+        CAPTURE(t->entry(i).name);
+        CHECK(tz::to_hex(tz::sha256(download(*t, i))) == hashes.at(t->entry(i).header_offset));
+      }
+    }
+    const std::string path = temp_path("direct");
+    auto bytes = write_floats(path, 5, 3 << 20);
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    tz::device_load_options o;
+    o.local_file = path;  // automatic: the file was just written, so it is in the page cache
+    o.direct_chunk_bytes = 1 << 20;
+    o.direct_pinned_bytes = 3 << 20;
+    auto t = g.load(open_file(path), {}, o);
+    REQUIRE(ok(t));
+    CHECK(t->direct_from_page_cache());
+    check_floats(*t, 3 << 20);
+    CHECK(t->pinned_bytes_max() > 0);
+    CHECK(t->pinned_bytes_max() <= (3 << 20));
+    auto some = g.load(open_file(path), {4, 1}, o);
+    REQUIRE(ok(some));
+    CHECK(some->direct_from_page_cache());
+    REQUIRE(some->size() == 2);
+    check_floats(*some, 3 << 20);
+    std::remove(path.c_str());
+  }
+
+  TEST_CASE("the direct path applies only where it can, and says why when required") {
+    require_gpu();
+    gpu g;
+    const std::string path = vectors_dir() + "/small_mixed.tensors";
+    tz::device_load_options o;
+    o.local_file = path;
+    o.verify = true;  // needs the bytes on the host: the ring path, automatically
+    auto verified = g.load(open_file(path), {}, o);
+    REQUIRE(ok(verified));
+    CHECK_FALSE(verified->direct_from_page_cache());
+    o.direct_from_page_cache = tz::direct_mode::on;
+    auto refused = g.load(open_file(path), {}, o);
+    REQUIRE_FALSE(refused.has_value());
+    CHECK(refused.error().code == tz::errc::invalid_argument);
+    CHECK(refused.error().message.find("verification") != std::string::npos);
+    o.verify = false;
+    o.local_file = vectors_dir() + "/module.tensors";  // another file: the sizes differ
+    auto other = g.load(open_file(path), {}, o);
+    REQUIRE_FALSE(other.has_value());
+    CHECK(other.error().code == tz::errc::invalid_argument);
+    o.local_file.clear();
+    CHECK_FALSE(g.load(open_file(path), {}, o).has_value());
+    o.direct_from_page_cache = tz::direct_mode::automatic;
+    auto unnamed = g.load(open_file(path), {}, o);  // no local file: the ring path
+    REQUIRE(ok(unnamed));
+    CHECK_FALSE(unnamed->direct_from_page_cache());
+    o.local_file = vectors_dir() + "/encrypted.tensors";
+    o.decryption = reference_key();
+    auto encrypted = g.load(open_file(o.local_file), {}, o);
+    REQUIRE(ok(encrypted));
+    CHECK_FALSE(encrypted->direct_from_page_cache());
   }
 
   TEST_CASE("device memory is returned after loads") {

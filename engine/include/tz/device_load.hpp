@@ -17,10 +17,19 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
 namespace tz {
+
+// Whether a load may skip the staging ring and copy straight from the file's pages in the page
+// cache (see device_load_options::direct_from_page_cache).
+enum class direct_mode {
+  automatic,  // when it applies and at least 90% of the selected pages are cached
+  on,         // always when it applies; a load it cannot apply to fails (errc::invalid_argument)
+  off,        // never: the staging ring
+};
 
 struct device_load_options {
   // The staging ring: slot_count pinned slots of slot_bytes each (plus one page per slot, so that a
@@ -40,6 +49,21 @@ struct device_load_options {
   // skip pinning memory (tens of milliseconds for 256 MiB). Null: each load makes its own from
   // slot_count / slot_bytes, freed at its end. At most one load may use a ring at a time.
   lease_ring* ring = nullptr;
+
+  // The direct path, for a local file whose pages are in the page cache: the file is mapped
+  // read-only and each chunk of it is pinned in place (cudaHostRegister, read-only) and copied to
+  // the device from there, then unpinned. Each byte then crosses host memory once (the GPU's DMA
+  // read) instead of three times (page cache -> slot, then the DMA read), which is what caps the
+  // ring path on a warm file. It applies to plain files loaded without `verify` (those need the
+  // bytes on the host), on a device that supports read-only registration, when `local_file` names
+  // the file `source` reads (same size). No ring is allocated; the mapping is the page cache, not
+  // new memory, and the pages pinned at once are bounded by direct_pinned_bytes.
+  direct_mode direct_from_page_cache = direct_mode::automatic;
+  std::string local_file;  // empty: the source is not known to be a local file (ring path)
+  // Bytes pinned per registration (a multiple of 4 KiB), and the most pinned at once; 0 for the
+  // latter means slot_count * slot_bytes, the ring path's bound.
+  std::size_t direct_chunk_bytes = 32u << 20;
+  std::size_t direct_pinned_bytes = 0;
 };
 
 // A ring of `slot_count` pinned slots able to hold reads of `slot_bytes` (each slot is one page
@@ -55,6 +79,7 @@ struct device_load_timings {
   double verify_s = 0;     // hashing
   double decrypt_s = 0;    // decrypting in place
   double h2d_wait_s = 0;   // waiting for a free slot (uploads still reading them) and the final drain
+  double register_s = 0;   // direct path: pinning and unpinning page-cache chunks
   double total_s = 0;
 };
 
@@ -81,6 +106,9 @@ class device_tensors {
   std::uint64_t ring_bytes() const noexcept { return ring_bytes_; }  // pinned bytes allocated
   // Most pinned bytes held at once by reads, checks and uploads in flight (<= ring_bytes()).
   std::uint64_t pinned_bytes_max() const noexcept { return pinned_bytes_max_; }
+  // True when the bytes were copied straight from the page cache (no ring; pinned_bytes_max()
+  // then counts page-cache bytes pinned in place at once).
+  bool direct_from_page_cache() const noexcept { return direct_; }
 
   // Exports tensor i as a DLPack tensor on its device (kDLCUDA), sharing ownership of the
   // allocation. dtypes: bool, int/uint 8-64, float16/32/64, bfloat16 (kDLBfloat 16), complex
@@ -99,6 +127,7 @@ class device_tensors {
   std::uint64_t read_bytes_ = 0;
   std::uint64_t ring_bytes_ = 0;
   std::uint64_t pinned_bytes_max_ = 0;
+  bool direct_ = false;
 };
 
 // The DLPack element type of a .tensors / safetensors dtype (see device_tensors::to_dlpack).
