@@ -44,10 +44,8 @@ void plan_request(loader::pipeline_request& req, const scheduler& sched) {
 static result<std::vector<const format::tensor_entry*>> select_entries(const format::file_index& index,
                                                                        std::vector<std::size_t> which,
                                                                        const load_options& options) {
-  if (index.header.has_crypt_info() && options.stage == nullptr) {
-    return make_error(errc::unsupported, index.source + ": the tensor data is encrypted; load it with a "
-                                                        "decryption stage (load_options::stage)");
-  }
+  if (options.stage == nullptr || options.decryption != nullptr)
+    TZ_CHECK(format::check_decryption_mode(index.header, options.decryption != nullptr, index.source));
   std::sort(which.begin(), which.end());
   if (std::adjacent_find(which.begin(), which.end()) != which.end()) {
     return make_error(errc::invalid_argument, index.source + ": a tensor was selected twice");

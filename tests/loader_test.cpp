@@ -7,7 +7,7 @@
 #include "tz/loader.hpp"
 #include "tz/memory_source.hpp"
 
-#include <boost/json/src.hpp>
+#include <boost/json.hpp>  // compiled once, in tz::format (format/json.cpp)
 
 #include <doctest/doctest.h>
 
@@ -107,13 +107,53 @@ TEST_CASE("loaded bytes equal the reference manifests (verified, two workers)") 
   }
 }
 
-TEST_CASE("an encrypted file is refused until a decryption stage exists") {
+// The reference file's key, from its manifest (encryption.key_hex).
+tz::crypto::secret_key reference_key() {
+  std::ifstream in(vectors_dir() + "/encrypted.manifest.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto doc = boost::json::parse(text);
+  return tz::crypto::secret_key::from_hex(std::string(doc.at("encryption").at("key_hex").as_string())).value();
+}
+
+TEST_CASE("an encrypted file loads decrypted and verified with its key, and fails without it or with another") {
   if (!std::filesystem::exists(vectors_dir() + "/encrypted.tensors")) std::exit(77);
-  tz::scheduler sched(1);
+  tz::scheduler sched(2);
   auto l = tz::loader::open(sched, tz::file_source::open(vectors_dir() + "/encrypted.tensors").value()).value();
-  auto r = l.load(sched);
+  auto refused = l.load(sched);
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().code == tz::errc::crypto);
+
+  auto decryption = tz::format::decryption::from_key(reference_key());
+  tz::load_options o;
+  o.verify = true;
+  o.decryption = &decryption;
+  auto loaded = l.load(sched, {}, o);
+  REQUIRE_MESSAGE(loaded.has_value(), (loaded ? "" : loaded.error().message));
+  auto hashes = manifest_hashes(vectors_dir() + "/encrypted.manifest.json");
+  CHECK(loaded->size() == hashes.size());
+  for (std::size_t i = 0; i < loaded->size(); ++i) {
+    CAPTURE(loaded->entry(i).name);
+    CHECK(sha_hex(loaded->data(i)) == hashes.at(loaded->entry(i).header_offset));
+  }
+  CHECK(loaded->timings().decrypt_s > 0);
+
+  auto wrong = tz::format::decryption::from_key(tz::crypto::secret_key::random().value());
+  o.decryption = &wrong;
+  auto failed = l.load(sched, {}, o);
+  REQUIRE_FALSE(failed.has_value());
+  CHECK(failed.error().code == tz::errc::crypto);
+  CHECK(failed.error().message.find("MAC") != std::string::npos);
+}
+
+TEST_CASE("a plain file refuses a decryption key") {
+  tz::scheduler sched(1);
+  auto l = tz::loader::open(sched, tz::file_source::open(vectors_dir() + "/small_mixed.tensors").value()).value();
+  auto decryption = tz::format::decryption::from_key(tz::crypto::secret_key::random().value());
+  tz::load_options o;
+  o.decryption = &decryption;
+  auto r = l.load(sched, {}, o);
   REQUIRE_FALSE(r.has_value());
-  CHECK(r.error().code == tz::errc::unsupported);
+  CHECK(r.error().code == tz::errc::crypto);
 }
 
 TEST_CASE("many small tensors load with a few large reads, not one read per tensor") {

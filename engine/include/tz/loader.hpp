@@ -3,6 +3,7 @@
 
 #include "tz/byte_source.hpp"
 #include "tz/error.hpp"
+#include "tz/format/encryption.hpp"
 #include "tz/format/tensorizer.hpp"
 #include "tz/host_memory.hpp"
 #include "tz/load_plan.hpp"
@@ -38,6 +39,7 @@ struct load_timings {
   double prepare_s = 0;   // planning and mapping the destination
   double read_s = 0;      // first read issued to last read completed (pre-faulting included)
   double verify_s = 0;
+  double decrypt_s = 0;   // decrypting in place, summed over the workers
   double total_s = 0;
 };
 
@@ -67,6 +69,10 @@ struct load_options {
   // Back loader-owned memory with transparent huge pages (see host_buffer): far fewer faults.
   bool huge_pages = true;
   range_stage* stage = nullptr;
+  // Opens an encrypted .tensors file (v3, or v4 with the encrypted flag): each tensor is decrypted
+  // in place in its destination by the worker that completes it, then verified. Required for
+  // encrypted files, refused for plain ones (FORMAT.md §3.1). Must outlive the load.
+  const format::decryption* decryption = nullptr;
   // Called after each completed range from a worker thread, never concurrently with itself.
   std::function<void(const load_progress&)> on_progress;
 };
