@@ -50,6 +50,8 @@ struct options {
   bool direct_path = true;   // warm loads direct from the page cache
   std::size_t chunk_bytes = 32 * mib;  // direct path: pinned per registration
   std::size_t pinned_bytes = 0;        // direct path: pinned at once (0: the ring's size)
+  unsigned direct_threads = 4;         // direct path: pinning threads
+  std::vector<double> fractions = {0.25, 0.35, 0.5, 1.0};  // direct shares of a warm load
 };
 
 [[noreturn]] void usage() {
@@ -57,7 +59,7 @@ struct options {
                "usage: gpu_load_bench [--smoke] [--file F] [--size-mib N] [--slots N] [--slot-mib N] [--readers N]\n"
                "                      [--threads N] [--streams N] [--runs N] [--device cuda:N] [--no-cold] [--verify]\n"
                "                      [--keep] [--async-punt] [--path ring|direct|both] [--chunk-mib N]\n"
-               "                      [--pinned-mib N]\n");
+               "                      [--pinned-mib N] [--direct-threads N] [--fractions F,F,...]\n");
   std::exit(2);
 }
 
@@ -93,6 +95,15 @@ options parse(int argc, char** argv) {
       o.direct_path = p != "ring";
     } else if (a == "--chunk-mib") o.chunk_bytes = num() * mib;
     else if (a == "--pinned-mib") o.pinned_bytes = num() * mib;
+    else if (a == "--direct-threads") o.direct_threads = static_cast<unsigned>(num());
+    else if (a == "--fractions") {
+      o.fractions.clear();
+      for (std::string_view list = next(); !list.empty();) {
+        const auto comma = list.find(',');
+        o.fractions.push_back(std::strtod(std::string(list.substr(0, comma)).c_str(), nullptr));
+        list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+      }
+    }
     else usage();
   }
   return o;
@@ -214,12 +225,12 @@ struct run_result {
   tz::device_load_timings timings;
   std::uint64_t pinned_max = 0;
   std::uint64_t ring = 0;
-  bool direct = false;
+  double direct_share = 0;  // of the bytes, copied straight from the page cache
 };
 
 // Loads the whole file `runs` times (after one untimed load) and keeps the median run.
 run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& up, tz::lease_ring& ring, bool cold,
-                   tz::direct_mode direct) {
+                   tz::direct_mode direct, double fraction = 1) {
   auto src = tz::unwrap(tz::file_source::open(o.file, {.direct = cold, .async_punt = !cold && o.async_punt}));
   auto opened = tz::unwrap(tz::loader::open(sched, src));
   std::vector<run_result> runs;
@@ -233,10 +244,13 @@ run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& u
     lo.local_file = o.file;
     lo.direct_chunk_bytes = o.chunk_bytes;
     lo.direct_pinned_bytes = o.pinned_bytes;
+    lo.direct_threads = o.direct_threads;
+    lo.direct_fraction = fraction;
     auto t = tz::unwrap(tz::load_to_device(sched, up, opened, src, {}, lo));
     if (!cold && run == 0) continue;  // the warm-up load fills the page cache
-    runs.push_back({static_cast<double>(t.data_bytes()) / t.timings().total_s / 1e9, t.timings(), t.pinned_bytes_max(),
-                    t.ring_bytes(), t.direct_from_page_cache()});
+    const auto data = static_cast<double>(std::max<std::uint64_t>(1, t.data_bytes()));
+    runs.push_back({data / t.timings().total_s / 1e9, t.timings(), t.pinned_bytes_max(), t.ring_bytes(),
+                    static_cast<double>(t.direct_bytes()) / data});
   }
   std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.gbps < b.gbps; });
   return runs[runs.size() / 2];
@@ -244,9 +258,10 @@ run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& u
 
 void print(const char* what, const run_result& r, double limit) {
   const auto& t = r.timings;
-  std::printf("%-12s %7.2f GB/s  %.3fx limit | %s | total %.3f s, prepare %.3f s | worker-s: read %.3f verify %.3f "
-              "decrypt %.3f register %.3f h2d-wait %.3f | pinned max %.0f MiB (ring %.0f MiB)\n",
-              what, r.gbps, r.gbps / limit, r.direct ? "direct" : "ring", t.total_s, t.prepare_s, t.read_s, t.verify_s,
+  std::printf("%-12s %7.2f GB/s  %.3fx limit | direct %3.0f%% | total %.3f s, prepare %.3f s | worker-s: read %.3f "
+              "verify %.3f decrypt %.3f register %.3f h2d-wait %.3f | pinned max %.0f MiB (ring %.0f MiB)\n",
+              what, r.gbps, r.gbps / limit, 100 * r.direct_share, t.total_s, t.prepare_s, t.read_s,
+              t.verify_s,
               t.decrypt_s, t.register_s, t.h2d_wait_s, static_cast<double>(r.pinned_max) / mib,
               static_cast<double>(r.ring) / mib);
 }
@@ -279,7 +294,10 @@ int main(int argc, char** argv) {
     const double pin = register_limit_gbps(o, sched.thread_count());
     std::printf("pin   %7.2f GB/s  page cache pinned + unpinned in place, %zu MiB chunks on %u threads, no copy\n", pin,
                 o.chunk_bytes / mib, sched.thread_count());
-    print("warm direct", measure(o, sched, up, *ring, false, tz::direct_mode::on), limit);
+    for (double f : o.fractions) {
+      const std::string what = "warm " + std::to_string(static_cast<int>(f * 100 + 0.5)) + "%";
+      print(what.c_str(), measure(o, sched, up, *ring, false, tz::direct_mode::on, f), limit);
+    }
   }
   if (o.cold) {
     const double read_cold = read_limit_gbps(o, sched.thread_count(), true);

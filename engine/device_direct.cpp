@@ -4,7 +4,6 @@
 
 #include "tz/wait_group.hpp"
 
-#include <boost/asio/post.hpp>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -19,6 +18,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 namespace tz {
 
@@ -209,7 +209,7 @@ void start_chunk(direct_run& run, const direct_chunk& c, std::deque<in_flight>& 
 void pump(direct_run& run, std::size_t depth) noexcept {
   std::deque<in_flight> flight;
   try {
-    for (std::size_t i; !run.failed.load(std::memory_order_relaxed) && (i = run.next.fetch_add(1)) < run.chunks.size();) {
+    for (std::size_t i; !run.failed.load(std::memory_order_relaxed) && (i = run.next++) < run.chunks.size();) {
       if (flight.size() >= depth) retire(run, flight);
       start_chunk(run, run.chunks[i], flight);
     }
@@ -221,9 +221,9 @@ void pump(direct_run& run, std::size_t depth) noexcept {
 
 }  // namespace
 
-task<result<direct_upload_stats>> upload_from_page_cache(scheduler& sched, cuda::uploader& up, cuda::device_buffer& dst,
-                                                         const page_cache_file& file, std::span<const direct_piece> pieces,
-                                                         const direct_upload_options& options) {
+task<result<direct_upload_stats>> upload_from_page_cache(cuda::uploader& up, cuda::device_buffer& dst,
+                                                         const page_cache_file& file, std::vector<direct_piece> pieces,
+                                                         direct_upload_options options) {
   const std::uint64_t page = os_page_bytes();
   const std::uint64_t chunk_bytes = std::max(page, (options.chunk_bytes + page - 1) / page * page);
   for (const direct_piece& p : pieces) {
@@ -237,19 +237,100 @@ task<result<direct_upload_stats>> upload_from_page_cache(scheduler& sched, cuda:
   // The pinned budget in chunks, shared as pumps x depth: two chunks per pump where it allows.
   const std::uint64_t budget = std::max<std::uint64_t>(1, options.pinned_bytes / chunk_bytes);
   const auto pumps = static_cast<unsigned>(std::max<std::uint64_t>(
-      1, std::min<std::uint64_t>({sched.thread_count(), std::max<std::uint64_t>(1, budget / 2), run.chunks.size()})));
+      1, std::min<std::uint64_t>({options.threads, std::max<std::uint64_t>(1, budget / 2), run.chunks.size()})));
   const std::size_t depth = std::max<std::uint64_t>(1, budget / pumps);
+  if (run.chunks.empty()) co_return direct_upload_stats{};
   wait_group group;
-  group.add(pumps);
-  for (unsigned k = 0; k < pumps; ++k) {
-    boost::asio::post(sched.worker_executor(k % sched.thread_count()), [&run, &group, depth] {
-      pump(run, depth);
-      group.done();
-    });
+  std::vector<std::thread> threads;
+  threads.reserve(pumps);
+  try {
+    for (unsigned k = 0; k < pumps; ++k) {
+      group.add();
+      threads.emplace_back([&run, &group, depth] {
+        pump(run, depth);
+        group.done();
+      });
+    }
+  } catch (const std::system_error& e) {
+    group.done();  // the pump that could not start
+    run.fail(make_error(errc::io, "file " + file.path() + ": cannot start a direct upload thread: " + e.what()));
   }
   co_await group.wait();
+  for (auto& t : threads) t.join();  // each has called done(): the joins return at once
   if (run.first_error) co_return *run.first_error;
   co_return direct_upload_stats{run.register_ns.load(), run.wait_ns.load(), run.pinned_max.load()};
+}
+
+namespace {
+
+// Why the direct path cannot apply to this load, or nothing when it can.
+std::optional<std::string> direct_refusal(const loader& opened, const device_load_options& o) {
+  if (o.local_file.empty()) return "no local file is named (device_load_options::local_file)";
+  if (o.verify) return "verification needs the bytes on the host";
+  if (o.decryption || (opened.kind() == file_kind::tensorizer && opened.index().header.has_crypt_info())) {
+    return "the file is encrypted";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+task<result<std::optional<page_cache_file>>> choose_direct_file(cuda::uploader& up, const loader& opened,
+                                                                byte_source& source, const device_load_options& o) {
+  using none = std::optional<page_cache_file>;
+  const bool required = o.direct_from_page_cache == direct_mode::on;
+  auto refuse = [&](const std::string& why) -> result<none> {
+    if (!required) return none();
+    return make_error(errc::invalid_argument, source.name() + ": cannot load straight from the page cache: " + why);
+  };
+  if (o.direct_from_page_cache == direct_mode::off) co_return none();
+  if (auto why = direct_refusal(opened, o)) co_return refuse(*why);
+  auto supported = cuda::read_only_register_supported(up.device());
+  if (!supported) co_return supported.error();
+  if (!*supported) co_return refuse("cuda:" + std::to_string(up.device()) + " cannot pin read-only host memory");
+  auto file = page_cache_file::open(o.local_file);
+  if (!file) co_return refuse(file.error().message);
+  auto size = co_await source.size();
+  if (!size) co_return size.error();
+  if (*size != file->size_bytes()) {
+    co_return refuse(o.local_file + " has " + std::to_string(file->size_bytes()) + " bytes, the source " +
+                     std::to_string(*size));
+  }
+  co_return none(std::move(*file));
+}
+
+result<bool> mostly_cached(const page_cache_file& file, std::span<const direct_piece> pieces) {
+  std::uint64_t resident = 0;
+  std::uint64_t total = 0;
+  for (const auto& p : pieces) {
+    TZ_TRY(counts, file.resident_pages(p.file_offset_bytes, p.length_bytes));
+    resident += counts.first;
+    total += counts.second;
+  }
+  return resident * 10 >= total * 9;
+}
+
+std::vector<direct_piece> range_pieces(const device_load_state& st, std::size_t first, std::size_t last) {
+  std::vector<direct_piece> pieces;
+  for (std::size_t i = first; i < last; ++i) {
+    for (const device_piece& p : st.plan.ranges[i].pieces) {
+      if (p.header || p.length_bytes == 0) continue;
+      pieces.push_back({p.offset_bytes, p.length_bytes, st.plan.device_offset[p.slot] + p.data_begin_bytes});
+    }
+  }
+  std::sort(pieces.begin(), pieces.end(),
+            [](const auto& a, const auto& b) { return a.file_offset_bytes < b.file_offset_bytes; });
+  return pieces;
+}
+
+std::size_t direct_split(const device_plan& plan, double fraction) {
+  const double share = std::clamp(fraction, 0.0, 1.0) * static_cast<double>(plan.read_bytes);
+  std::size_t first = plan.ranges.size();
+  double taken = 0;
+  while (first > 0 && taken + static_cast<double>(plan.ranges[first - 1].length_bytes) / 2 <= share) {
+    taken += static_cast<double>(plan.ranges[--first].length_bytes);
+  }
+  return first;
 }
 
 }  // namespace tz

@@ -2,13 +2,15 @@
 // the direct path of a load to device memory.
 #pragma once
 
+#include "device_load_state.hpp"
+
 #include "tz/cuda.hpp"
 #include "tz/error.hpp"
-#include "tz/scheduler.hpp"
 #include "tz/task.hpp"
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -54,6 +56,7 @@ struct direct_piece {
 struct direct_upload_options {
   std::uint64_t chunk_bytes = 32u << 20;    // pinned per registration (a multiple of the page size)
   std::uint64_t pinned_bytes = 256u << 20;  // pinned at once, at most (at least one chunk)
+  unsigned threads = 4;                     // pumps, at most (each keeps up to two chunks in flight)
 };
 
 struct direct_upload_stats {
@@ -62,13 +65,29 @@ struct direct_upload_stats {
   std::uint64_t pinned_bytes_max = 0;
 };
 
-// Copies every piece (in file order, not overlapping) from `file` into `dst`: the pieces are cut
-// into page-aligned chunks; each chunk is pinned in place, copied on the uploader's next stream,
-// and unpinned once its copy has completed, on up to one pump per worker of `sched` (blocking CUDA
-// calls, so the pumps run as plain jobs on the workers). Completes when every copy has completed
-// and every page is unpinned, whatever failed; fails with the first error.
-task<result<direct_upload_stats>> upload_from_page_cache(scheduler& sched, cuda::uploader& up, cuda::device_buffer& dst,
-                                                         const page_cache_file& file, std::span<const direct_piece> pieces,
-                                                         const direct_upload_options& options);
+// Copies every piece (in file order) from `file` into `dst`: the pieces are cut into page-aligned
+// chunks; each chunk is pinned in place, copied on the uploader's next stream, and unpinned once
+// its copy has completed. The pumps are threads of their own, not the scheduler's workers: they
+// block in CUDA calls, and the workers' readers may be running beside them. Completes when every
+// copy has completed and every page is unpinned, whatever failed; fails with the first error.
+task<result<direct_upload_stats>> upload_from_page_cache(cuda::uploader& up, cuda::device_buffer& dst,
+                                                         const page_cache_file& file, std::vector<direct_piece> pieces,
+                                                         direct_upload_options options);
+
+// The mapped file when the direct path may apply to this load (see
+// device_load_options::direct_from_page_cache; page residency is checked later, on the plan's
+// pieces), nothing when the ring path should run. Fails when direct_mode::on and it cannot apply.
+task<result<std::optional<page_cache_file>>> choose_direct_file(cuda::uploader& up, const loader& opened,
+                                                                byte_source& source, const device_load_options& o);
+
+// True when at least 90% of the pages holding the pieces are in the page cache: pinning a page
+// that is not faults it in from disk one fault at a time, slower than the ring's O_DIRECT reads.
+result<bool> mostly_cached(const page_cache_file& file, std::span<const direct_piece> pieces);
+
+// The stored bytes of plan ranges [first, last) and where they go, in file order.
+std::vector<direct_piece> range_pieces(const device_load_state& st, std::size_t first, std::size_t last);
+
+// The first range of the direct share: the ranges from there on hold about `fraction` of the bytes.
+std::size_t direct_split(const device_plan& plan, double fraction);
 
 }  // namespace tz

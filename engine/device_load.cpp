@@ -160,7 +160,7 @@ task<void> range_reader(device_load_state& st) {
     }
     st.note_slots_out();
     const std::size_t i = st.next_range.fetch_add(1, std::memory_order_relaxed);
-    if (i >= st.plan.ranges.size()) break;
+    if (i >= st.ring_ranges) break;
     auto ok = co_await process_range(st, st.plan.ranges[i], std::move(*acquired));
     if (!ok) {
       st.fail(ok.error());
@@ -186,9 +186,10 @@ struct device_load_access {
     out.pinned_bytes_max_ = st.ring ? st.slots_out_max.load() * st.ring->slot_bytes() : 0;
     return out;
   }
-  static void mark_direct(device_tensors& t, std::uint64_t pinned_bytes_max) {
-    t.direct_ = true;
-    t.pinned_bytes_max_ = pinned_bytes_max;
+  // Bytes copied straight from the page cache, and the most of them pinned in place at once.
+  static void add_direct(device_tensors& t, std::uint64_t direct_bytes, std::uint64_t pinned_bytes_max) {
+    t.direct_bytes_ = direct_bytes;
+    t.pinned_bytes_max_ += pinned_bytes_max;
   }
 };
 
@@ -243,24 +244,14 @@ result<void> wait_all(cuda::uploader& up, const std::vector<cuda::upload_ticket>
 // Runs the readers over the plan, then drains the copies in flight: every lease is back in the
 // ring when this completes, whatever failed.
 task<void> run_readers(scheduler& sched, device_load_state& st, unsigned readers) {
-  readers = std::max<unsigned>(1, std::min<std::size_t>(readers, st.plan.ranges.size()));
-  if (!st.plan.ranges.empty()) co_await run_on_workers(sched, st, readers, range_reader);
+  readers = std::max<unsigned>(1, std::min<std::size_t>(readers, st.ring_ranges));
+  if (st.ring_ranges > 0) co_await run_on_workers(sched, st, readers, range_reader);
   auto t0 = device_clock::now();
   co_await st.uploads.wait();
   st.wait_ns += nanoseconds_since(t0);
 }
 
 double seconds(std::int64_t ns) { return static_cast<double>(ns) * 1e-9; }
-
-// Why the direct path cannot apply to this load, or nothing when it can.
-std::optional<std::string> direct_refusal(const loader& opened, const device_load_options& o) {
-  if (o.local_file.empty()) return "no local file is named (device_load_options::local_file)";
-  if (o.verify) return "verification needs the bytes on the host";
-  if (o.decryption || (opened.kind() == file_kind::tensorizer && opened.index().header.has_crypt_info())) {
-    return "the file is encrypted";
-  }
-  return std::nullopt;
-}
 
 // The selection and device layout without a ring: no tensor is split, so no header is read.
 result<void> plan_direct(device_load_state& st, const loader& opened, std::vector<std::size_t> which) {
@@ -274,65 +265,26 @@ result<void> plan_direct(device_load_state& st, const loader& opened, std::vecto
   return {};
 }
 
-// The stored bytes of the selected tensors and where they go, in file order.
-std::vector<direct_piece> direct_pieces(const device_load_state& st) {
-  std::vector<direct_piece> pieces;
-  for (std::size_t slot = 0; slot < st.selected.size(); ++slot) {
-    const auto& e = *st.selected[slot];
-    if (e.data_length > 0) pieces.push_back({e.data_offset, e.data_length, st.plan.device_offset[slot]});
-  }
-  std::sort(pieces.begin(), pieces.end(),
-            [](const auto& a, const auto& b) { return a.file_offset_bytes < b.file_offset_bytes; });
-  return pieces;
+direct_upload_options direct_options(const device_load_options& o) {
+  const std::uint64_t pinned = o.direct_pinned_bytes ? o.direct_pinned_bytes : o.slot_count * o.slot_bytes;
+  return {o.direct_chunk_bytes, pinned, std::max(1u, o.direct_threads)};
 }
 
-// True when at least 90% of the pages holding the pieces are in the page cache: pinning a page
-// that is not faults it in from disk one fault at a time, slower than the ring's O_DIRECT reads.
-result<bool> mostly_cached(const page_cache_file& file, std::span<const direct_piece> pieces) {
-  std::uint64_t resident = 0;
-  std::uint64_t total = 0;
-  for (const auto& p : pieces) {
-    TZ_TRY(counts, file.resident_pages(p.file_offset_bytes, p.length_bytes));
-    resident += counts.first;
-    total += counts.second;
-  }
-  return resident * 10 >= total * 9;
-}
-
-// The direct path when it applies (see device_load_options::direct_from_page_cache); nothing when
-// the ring path should run instead.
-task<result<std::optional<device_tensors>>> try_load_direct(scheduler& sched, cuda::uploader& up, const loader& opened,
-                                                            byte_source& source, std::vector<std::size_t> which,
-                                                            const device_load_options& o, device_clock::time_point t0) {
-  using none = std::optional<device_tensors>;
-  const bool required = o.direct_from_page_cache == direct_mode::on;
-  auto refuse = [&](const std::string& why) -> result<none> {
-    if (!required) return none();
-    return make_error(errc::invalid_argument, source.name() + ": cannot load straight from the page cache: " + why);
-  };
-  if (o.direct_from_page_cache == direct_mode::off) co_return none();
-  if (auto why = direct_refusal(opened, o)) co_return refuse(*why);
-  auto supported = cuda::read_only_register_supported(up.device());
-  if (!supported) co_return supported.error();
-  if (!*supported) co_return refuse("cuda:" + std::to_string(up.device()) + " cannot pin read-only host memory");
-  auto file = page_cache_file::open(o.local_file);
-  if (!file) co_return required ? result<none>(file.error()) : result<none>(none());
-  auto size = co_await source.size();
-  if (!size) co_return size.error();
-  if (*size != file->size_bytes()) {
-    co_return refuse(o.local_file + " has " + std::to_string(file->size_bytes()) + " bytes, the source " +
-                     std::to_string(*size));
-  }
+// A load entirely from the page cache (direct_fraction 1): no ring at all. Nothing when the pages
+// are mostly not cached (automatic mode): the ring path then runs.
+task<result<std::optional<device_tensors>>> load_direct(cuda::uploader& up, const loader& opened, byte_source& source,
+                                                        std::vector<std::size_t> which, const device_load_options& o,
+                                                        const page_cache_file& file, device_clock::time_point t0) {
   device_load_state st;
   st.index = &opened.index();
   st.source = &source;
   st.up = &up;
   st.options = &o;
   TZ_CHECK_CO(plan_direct(st, opened, std::move(which)));
-  const auto pieces = direct_pieces(st);
-  auto cached = mostly_cached(*file, pieces);
+  auto pieces = range_pieces(st, 0, st.plan.ranges.size());
+  auto cached = mostly_cached(file, pieces);
   if (!cached) co_return cached.error();
-  if (!*cached && !required) co_return none();
+  if (!*cached && o.direct_from_page_cache != direct_mode::on) co_return std::optional<device_tensors>();
   auto buffer = cuda::alloc_device(up.device(), st.plan.device_bytes);
   if (!buffer) co_return buffer.error();
   auto owned = std::make_shared<cuda::device_buffer>(std::move(*buffer));
@@ -341,8 +293,7 @@ task<result<std::optional<device_tensors>>> try_load_direct(scheduler& sched, cu
   if (!zeros) co_return zeros.error();
   device_load_timings t;
   t.prepare_s = seconds(nanoseconds_since(t0));
-  const std::uint64_t pinned = o.direct_pinned_bytes ? o.direct_pinned_bytes : o.slot_count * o.slot_bytes;
-  auto stats = co_await upload_from_page_cache(sched, up, *owned, *file, pieces, {o.direct_chunk_bytes, pinned});
+  auto stats = co_await upload_from_page_cache(up, *owned, file, std::move(pieces), direct_options(o));
   auto zeroed = wait_all(up, *zeros);
   if (!stats) co_return stats.error();
   if (!zeroed) co_return zeroed.error();
@@ -350,8 +301,21 @@ task<result<std::optional<device_tensors>>> try_load_direct(scheduler& sched, cu
   t.h2d_wait_s = seconds(stats->wait_ns);
   t.total_s = seconds(nanoseconds_since(t0));
   auto out = device_load_access::make(st, std::move(owned), t);
-  device_load_access::mark_direct(out, stats->pinned_bytes_max);
+  device_load_access::add_direct(out, st.plan.data_bytes, stats->pinned_bytes_max);
   co_return std::optional<device_tensors>(std::move(out));
+}
+
+// The direct share of a ring load: the last ranges of the plan, about direct_fraction of the bytes,
+// when the file is warm. Sets st.ring_ranges; returns the pieces (empty: all through the ring).
+result<std::vector<direct_piece>> split_direct_share(device_load_state& st, const page_cache_file* file) {
+  st.ring_ranges = st.plan.ranges.size();
+  if (file == nullptr || st.options->direct_fraction <= 0) return std::vector<direct_piece>();
+  const std::size_t first = direct_split(st.plan, st.options->direct_fraction);
+  auto pieces = range_pieces(st, first, st.plan.ranges.size());
+  TZ_TRY(cached, mostly_cached(*file, pieces));
+  if (!cached && st.options->direct_from_page_cache != direct_mode::on) return std::vector<direct_piece>();
+  st.ring_ranges = first;
+  return pieces;
 }
 
 }  // namespace
@@ -383,9 +347,14 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::upload
   if (!source || &opened.source() != source.get()) {
     co_return make_error(errc::invalid_argument, "load to device: the source is not the one the loader was opened from");
   }
-  auto direct = co_await try_load_direct(sched, up, opened, *source, which, options, t0);
-  if (!direct) co_return direct.error();
-  if (*direct) co_return std::move(**direct);
+  auto file = co_await choose_direct_file(up, opened, *source, options);
+  if (!file) co_return file.error();
+  if (*file && options.direct_fraction >= 1) {
+    auto direct = co_await load_direct(up, opened, *source, which, options, **file, t0);
+    if (!direct) co_return direct.error();
+    if (*direct) co_return std::move(**direct);
+    file->reset();  // mostly not cached: the ring path alone
+  }
   std::unique_ptr<lease_ring> own_ring;
   if (options.ring == nullptr) {
     auto made = make_pinned_ring(options.slot_count, options.slot_bytes);
@@ -411,18 +380,43 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::upload
   st.dst = owned.get();
   auto zeros = zero_meta(st);
   if (!zeros) co_return zeros.error();
+  auto share = split_direct_share(st, file->has_value() ? &**file : nullptr);
+  if (!share) co_return share.error();
+  const std::uint64_t direct_bytes = [&] {
+    std::uint64_t n = 0;
+    for (const auto& p : *share) n += p.length_bytes;
+    return n;
+  }();
   device_load_timings t;
   t.prepare_s = seconds(nanoseconds_since(t0));
+  // The direct share runs on its own threads beside the ring's readers.
+  wait_group direct_done;
+  result<direct_upload_stats> stats = direct_upload_stats{};
+  if (!share->empty()) {
+    direct_done.add();
+    boost::asio::co_spawn(sched.next_executor(),
+                          upload_from_page_cache(up, *owned, **file, std::move(*share), direct_options(options)),
+                          [&](std::exception_ptr e, result<direct_upload_stats> r) {
+                            stats = e ? make_error(errc::io, source->name() + ": the direct upload failed unexpectedly")
+                                      : std::move(r);
+                            direct_done.done();
+                          });
+  }
   co_await run_readers(sched, st, readers);
+  co_await direct_done.wait();
   auto zeroed = wait_all(up, *zeros);
   if (st.first_error) co_return *st.first_error;
+  if (!stats) co_return stats.error();
   if (!zeroed) co_return zeroed.error();
   t.read_s = seconds(st.read_ns);
   t.verify_s = seconds(st.verify_ns);
   t.decrypt_s = seconds(st.decrypt_ns);
-  t.h2d_wait_s = seconds(st.wait_ns);
+  t.register_s = seconds(stats->register_ns);
+  t.h2d_wait_s = seconds(st.wait_ns + stats->wait_ns);
   t.total_s = seconds(nanoseconds_since(t0));
-  co_return device_load_access::make(st, std::move(owned), t);
+  auto out = device_load_access::make(st, std::move(owned), t);
+  if (direct_bytes > 0) device_load_access::add_direct(out, direct_bytes, stats->pinned_bytes_max);
+  co_return out;
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

@@ -416,7 +416,7 @@ TEST_SUITE("gpu") {
     CHECK(t->to_dlpack(ib).value()->dl_tensor.dtype.code == kDLInt);
   }
 
-  TEST_CASE("direct from the page cache: every dtype, chunks cutting tensors, filtered, bounded") {
+  TEST_CASE("direct from the page cache: every dtype, chunks cutting tensors, filtered, shared with the ring") {
     require_gpu();
     gpu g;
     if (!tz::cuda::read_only_register_supported(0).value()) {
@@ -428,11 +428,12 @@ TEST_SUITE("gpu") {
       const std::string path = vectors_dir() + "/" + name + ".tensors";
       tz::device_load_options o;
       o.direct_from_page_cache = tz::direct_mode::on;
+      o.direct_fraction = 1;
       o.local_file = path;
       o.direct_chunk_bytes = 4096;  // tiny chunks: most tensors span several registrations
       auto t = g.load(open_file(path), {}, o);
       REQUIRE(ok(t));
-      CHECK(t->direct_from_page_cache());
+      CHECK(t->direct_bytes() == t->data_bytes());
       CHECK(t->ring_bytes() == 0);
       auto hashes = manifest_hashes(vectors_dir() + "/" + name + ".manifest.json");
       for (std::size_t i = 0; i < t->size(); ++i) {
@@ -445,6 +446,7 @@ TEST_SUITE("gpu") {
     std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     tz::device_load_options o;
     o.local_file = path;  // automatic: the file was just written, so it is in the page cache
+    o.direct_fraction = 1;
     o.direct_chunk_bytes = 1 << 20;
     o.direct_pinned_bytes = 3 << 20;
     auto t = g.load(open_file(path), {}, o);
@@ -458,6 +460,21 @@ TEST_SUITE("gpu") {
     CHECK(some->direct_from_page_cache());
     REQUIRE(some->size() == 2);
     check_floats(*some, 3 << 20);
+    // Half direct, half through a ring of 1 MiB slots, at the same time.
+    o.direct_fraction = 0.5;
+    o.slot_count = 4;
+    o.slot_bytes = 1 << 20;
+    auto both = g.load(open_file(path), {}, o);
+    REQUIRE(ok(both));
+    check_floats(*both, 3 << 20);
+    CHECK(both->direct_bytes() > both->data_bytes() / 4);
+    CHECK(both->direct_bytes() < both->data_bytes() * 3 / 4);
+    CHECK(both->pinned_bytes_max() <= both->ring_bytes() + (3 << 20));
+    o.direct_from_page_cache = tz::direct_mode::off;
+    auto ring = g.load(open_file(path), {}, o);
+    REQUIRE(ok(ring));
+    CHECK(ring->direct_bytes() == 0);
+    check_floats(*ring, 3 << 20);
     std::remove(path.c_str());
   }
 

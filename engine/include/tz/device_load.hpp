@@ -53,17 +53,22 @@ struct device_load_options {
   // The direct path, for a local file whose pages are in the page cache: the file is mapped
   // read-only and each chunk of it is pinned in place (cudaHostRegister, read-only) and copied to
   // the device from there, then unpinned. Each byte then crosses host memory once (the GPU's DMA
-  // read) instead of three times (page cache -> slot, then the DMA read), which is what caps the
-  // ring path on a warm file. It applies to plain files loaded without `verify` (those need the
-  // bytes on the host), on a device that supports read-only registration, when `local_file` names
-  // the file `source` reads (same size). No ring is allocated; the mapping is the page cache, not
-  // new memory, and the pages pinned at once are bounded by direct_pinned_bytes.
+  // read) instead of three times (page cache -> slot, slot -> the DMA read), but pinning costs CPU
+  // time per 4 KiB page. The ring is bound by host memory bandwidth and pinning by CPU time, so a
+  // warm load runs both at once: the last `direct_fraction` of the bytes go direct while the ring
+  // reads the rest (1: all direct, no ring allocated; 0: the ring only). It applies to plain files
+  // loaded without `verify` (those need the bytes on the host), on a device that supports
+  // read-only registration, when `local_file` names the file `source` reads (same size). The
+  // mapping is the page cache, not new memory; the pages pinned at once are bounded by
+  // direct_pinned_bytes.
   direct_mode direct_from_page_cache = direct_mode::automatic;
   std::string local_file;  // empty: the source is not known to be a local file (ring path)
+  double direct_fraction = 0.35;
   // Bytes pinned per registration (a multiple of 4 KiB), and the most pinned at once; 0 for the
-  // latter means slot_count * slot_bytes, the ring path's bound.
+  // latter means slot_count * slot_bytes, the ring's own bound. Threads pinning and copying.
   std::size_t direct_chunk_bytes = 32u << 20;
   std::size_t direct_pinned_bytes = 0;
+  unsigned direct_threads = 4;
 };
 
 // A ring of `slot_count` pinned slots able to hold reads of `slot_bytes` (each slot is one page
@@ -79,7 +84,7 @@ struct device_load_timings {
   double verify_s = 0;     // hashing
   double decrypt_s = 0;    // decrypting in place
   double h2d_wait_s = 0;   // waiting for a free slot (uploads still reading them) and the final drain
-  double register_s = 0;   // direct path: pinning and unpinning page-cache chunks
+  double register_s = 0;   // direct path: pinning and unpinning page-cache chunks (its own threads)
   double total_s = 0;
 };
 
@@ -106,9 +111,10 @@ class device_tensors {
   std::uint64_t ring_bytes() const noexcept { return ring_bytes_; }  // pinned bytes allocated
   // Most pinned bytes held at once by reads, checks and uploads in flight (<= ring_bytes()).
   std::uint64_t pinned_bytes_max() const noexcept { return pinned_bytes_max_; }
-  // True when the bytes were copied straight from the page cache (no ring; pinned_bytes_max()
-  // then counts page-cache bytes pinned in place at once).
-  bool direct_from_page_cache() const noexcept { return direct_; }
+  // Stored bytes copied straight from the page cache (the rest went through the ring);
+  // pinned_bytes_max() then adds the most page-cache bytes pinned in place at once.
+  std::uint64_t direct_bytes() const noexcept { return direct_bytes_; }
+  bool direct_from_page_cache() const noexcept { return direct_bytes_ > 0; }
 
   // Exports tensor i as a DLPack tensor on its device (kDLCUDA), sharing ownership of the
   // allocation. dtypes: bool, int/uint 8-64, float16/32/64, bfloat16 (kDLBfloat 16), complex
@@ -127,7 +133,7 @@ class device_tensors {
   std::uint64_t read_bytes_ = 0;
   std::uint64_t ring_bytes_ = 0;
   std::uint64_t pinned_bytes_max_ = 0;
-  bool direct_ = false;
+  std::uint64_t direct_bytes_ = 0;
 };
 
 // The DLPack element type of a .tensors / safetensors dtype (see device_tensors::to_dlpack).
