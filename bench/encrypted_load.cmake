@@ -1,0 +1,7 @@
+# encrypted_load_bench: what does encryption cost a load? (secretbox_open limit vs plain vs encrypted)
+add_executable(encrypted_load_bench ${CMAKE_CURRENT_SOURCE_DIR}/encrypted_load_bench.cpp)
+target_link_libraries(encrypted_load_bench PRIVATE tz::engine tz::backends)
+tz_target_defaults(encrypted_load_bench)
+if(TZ_BUILD_TESTS)
+  add_test(NAME encrypted_load_bench_smoke COMMAND encrypted_load_bench --smoke)
+endif()

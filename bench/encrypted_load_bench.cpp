@@ -1,0 +1,118 @@
+// Question: how much does encryption cost a load? Measures, in one run, the libsodium
+// secretbox_open limit of this machine (2 MiB chunks, one thread per core), a warm plain load and a
+// warm encrypted load of the same tensors (medians of several runs), and prints
+// encrypted / min(plain, decrypt limit) — the target is >= 0.9.
+#include "tz/file_source.hpp"
+#include "tz/format/encryption.hpp"
+#include "tz/format/file_reader.hpp"
+#include "tz/format/writer.hpp"
+#include "tz/loader.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The plain model: bfloat16 matrices of 2-22 MiB and small norms, like a transformer's layers.
+void write_models(const std::string& plain, const std::string& encrypted, std::uint64_t size_bytes,
+                  const tz::crypto::secret_key& key) {
+  auto enc = tz::format::tensorizer_encryptor::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
+  auto wp = tz::format::tensor_writer::create(plain).value();
+  auto we = tz::format::tensor_writer::create(encrypted, {.encryptor = &enc}).value();
+  auto bf16 = tz::format::dtype_from_torch("bfloat16").value();
+  const std::uint64_t sizes[] = {8 << 20, 8 << 20, 22 << 20, 2 << 20, 4096};
+  std::vector<std::byte> buf(22 << 20);
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<std::byte>((i * 2654435761u) >> 13);
+  std::uint64_t written = 0;
+  for (int n = 0; written < size_bytes; ++n) {
+    const std::uint64_t len = sizes[n % 5];
+    tz::format::tensor_write t{tz::format::plain_path("t" + std::to_string(n)), tz::format::tensor_type::param, 0,
+                               bf16, {len / 2}, std::span<const std::byte>(buf).first(len), false};
+    wp.write(t).value();
+    we.write(t).value();
+    written += len;
+  }
+  wp.close().value();
+  we.close().value();
+}
+
+// secretbox_open over `bytes` in 2 MiB chunks on `threads` threads (sealed first); GB/s.
+double open_limit(std::uint64_t bytes, unsigned threads, const tz::crypto::secret_key& key) {
+  std::vector<std::byte> data(bytes, std::byte{7});
+  const auto nonce = tz::crypto::random_nonce();
+  const auto macs = tz::crypto::seal_tensor(data, key, nonce);
+  const tz::crypto::chunk_layout layout{bytes};
+  auto t0 = clock_type::now();
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      const std::uint64_t n = layout.count(), first = n * t / threads, end = n * (t + 1) / threads;
+      auto r = layout.range({first, end});
+      (void)tz::crypto::open_chunks(std::span(data).subspan(r.offset_bytes, r.size_bytes), layout, {first, end}, key,
+                                    nonce, macs);
+    });
+  }
+  for (auto& th : pool) th.join();
+  return static_cast<double>(bytes) / std::chrono::duration<double>(clock_type::now() - t0).count() / 1e9;
+}
+
+double load_gbps(tz::scheduler& sched, const std::string& path, const tz::format::decryption* d) {
+  auto l = tz::loader::open(sched, tz::file_source::open(path).value()).value();
+  tz::load_options o;
+  o.decryption = d;
+  auto t0 = clock_type::now();
+  auto r = l.load(sched, {}, o);
+  if (!r) {
+    std::fprintf(stderr, "load failed: %s\n", r.error().message.c_str());
+    std::exit(1);
+  }
+  return static_cast<double>(r->bytes()) / std::chrono::duration<double>(clock_type::now() - t0).count() / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool smoke = argc > 1 && std::strcmp(argv[1], "--smoke") == 0;
+  const std::uint64_t size_mib = smoke ? 16 : (argc > 1 ? std::stoull(argv[1]) : 1024);
+  const int runs = smoke ? 1 : 5;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string plain = (dir / ("tz-encbench-" + std::to_string(size_mib) + ".tensors")).string();
+  const std::string encrypted = (dir / ("tz-encbench-" + std::to_string(size_mib) + ".enc.tensors")).string();
+  auto key = tz::crypto::secret_key::random().value();
+  write_models(plain, encrypted, size_mib << 20, key);
+  auto decryption = tz::format::decryption::from_key(std::move(key));
+  auto limit_key = tz::crypto::secret_key::random().value();
+  tz::scheduler sched;
+  std::vector<double> limit, plain_gbps, enc_gbps;
+  load_gbps(sched, plain, nullptr);  // warm the page cache
+  load_gbps(sched, encrypted, &decryption);
+  for (int i = 0; i < runs; ++i) {
+    limit.push_back(open_limit(std::min<std::uint64_t>(size_mib, 512) << 20, cores, limit_key));
+    plain_gbps.push_back(load_gbps(sched, plain, nullptr));
+    enc_gbps.push_back(load_gbps(sched, encrypted, &decryption));
+  }
+  const double l = median(limit), p = median(plain_gbps), e = median(enc_gbps);
+  std::printf("encrypted_load_bench: %llu MiB, %u threads, medians of %d runs (warm page cache)\n",
+              static_cast<unsigned long long>(size_mib), cores, runs);
+  std::printf("  secretbox_open limit (%u threads)  %7.2f GB/s\n", cores, l);
+  std::printf("  plain load                        %7.2f GB/s\n", p);
+  std::printf("  encrypted load                    %7.2f GB/s\n", e);
+  std::printf("  encrypted / min(plain, limit)     %7.2f  (target >= 0.90)\n", e / std::min(p, l));
+  std::filesystem::remove(plain);
+  std::filesystem::remove(encrypted);
+  return 0;
+}
