@@ -445,7 +445,8 @@ TEST_SUITE("gpu") {
     auto bytes = write_floats(path, 5, 3 << 20);
     std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
     tz::device_load_options o;
-    o.local_file = path;  // automatic: the file was just written, so it is in the page cache
+    o.direct_from_page_cache = tz::direct_mode::automatic;
+    o.local_file = path;  // the file was just written, so it is in the page cache
     o.direct_fraction = 1;
     o.direct_chunk_bytes = 1 << 20;
     o.direct_pinned_bytes = 3 << 20;
@@ -483,6 +484,8 @@ TEST_SUITE("gpu") {
     gpu g;
     const std::string path = vectors_dir() + "/small_mixed.tensors";
     tz::device_load_options o;
+    CHECK(o.direct_from_page_cache == tz::direct_mode::off);  // opt-in: slower than the ring where measured
+    o.direct_from_page_cache = tz::direct_mode::automatic;
     o.local_file = path;
     o.verify = true;  // needs the bytes on the host: the ring path, automatically
     auto verified = g.load(open_file(path), {}, o);

@@ -27,7 +27,7 @@ namespace tz {
 // cache (see device_load_options::direct_from_page_cache).
 enum class direct_mode {
   automatic,  // when it applies and at least 90% of the selected pages are cached
-  on,         // always when it applies; a load it cannot apply to fails (errc::invalid_argument)
+  on,         // always; a load it cannot apply to fails (errc::invalid_argument)
   off,        // never: the staging ring
 };
 
@@ -61,9 +61,13 @@ struct device_load_options {
   // read-only registration, when `local_file` names the file `source` reads (same size). The
   // mapping is the page cache, not new memory; the pages pinned at once are bounded by
   // direct_pinned_bytes.
-  direct_mode direct_from_page_cache = direct_mode::automatic;
+  // Off by default: on the H100 hosts measured (16 cores, 4 GiB warm file, gpu_load_bench), pinning
+  // 4 KiB page-cache pages ran at 26-34 GB/s on 16 threads with no copy at all, so the direct path
+  // alone reached 14-20 GB/s against 31-40 GB/s through the ring, and every share tried (15-50%)
+  // was no faster than the ring alone. It stays for hosts where pinning is cheap.
+  direct_mode direct_from_page_cache = direct_mode::off;
   std::string local_file;  // empty: the source is not known to be a local file (ring path)
-  double direct_fraction = 0.35;
+  double direct_fraction = 1;
   // Bytes pinned per registration (a multiple of 4 KiB), and the most pinned at once; 0 for the
   // latter means slot_count * slot_bytes, the ring's own bound. Threads pinning and copying.
   std::size_t direct_chunk_bytes = 32u << 20;
