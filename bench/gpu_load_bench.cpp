@@ -36,7 +36,7 @@ struct options {
   std::size_t size_bytes = 4096 * mib;  // synthetic file size
   std::size_t tensor_bytes = 64 * mib;  // synthetic tensor size
   std::size_t slot_count = 16;
-  std::size_t slot_bytes = 16 * mib;
+  std::size_t slot_bytes = 4 * mib;  // device_load_options' default
   unsigned readers = 0;
   unsigned threads = 0;
   int streams = 4;

@@ -35,8 +35,13 @@ struct device_load_options {
   // The staging ring: slot_count pinned slots of slot_bytes each (plus one page per slot, so that a
   // read lands at its file offset modulo 4 KiB and O_DIRECT applies). It bounds the pinned host
   // memory of a load whatever the model size; slot_bytes is also the largest single read.
+  // 4 MiB slots: the slots in use (readers x slot) then fit the host's last-level cache, so the
+  // GPU's DMA read of a slot hits the cache the copy into it just filled instead of memory. On an
+  // H100 host (16 cores, 4 GiB warm file) 16 x 4 MiB reached 44.5-45.7 GB/s where 16 x 16 MiB
+  // reached 36.6 GB/s (pinned copy limit 54.7 GB/s); 2-3 MiB slots pay more per copy, 8 MiB and
+  // more spill the cache.
   std::size_t slot_count = 16;
-  std::size_t slot_bytes = 16u << 20;
+  std::size_t slot_bytes = 4u << 20;
   // Reads in flight at once; 0 = automatic (2 per worker, at most 3/4 of the slots, so that slots
   // are free for uploads while the readers wait on I/O).
   unsigned readers = 0;
