@@ -36,10 +36,10 @@ struct device_load_options {
   // read lands at its file offset modulo 4 KiB and O_DIRECT applies). It bounds the pinned host
   // memory of a load whatever the model size; slot_bytes is also the largest single read.
   // 4 MiB slots: the slots in use (readers x slot) then fit the host's last-level cache, so the
-  // GPU's DMA read of a slot hits the cache the copy into it just filled instead of memory. On an
-  // H100 host (16 cores, 4 GiB warm file) 16 x 4 MiB reached 44.5-45.7 GB/s where 16 x 16 MiB
-  // reached 36.6 GB/s (pinned copy limit 54.7 GB/s); 2-3 MiB slots pay more per copy, 8 MiB and
-  // more spill the cache.
+  // GPU's DMA read of a slot hits the cache the copy into it just filled instead of memory. On
+  // H100 hosts (16 cores, 4 GiB warm file, gpu_load_bench) 16 x 4 MiB reached 41-46 GB/s where
+  // 16 x 16 MiB reached 34-37 GB/s on the same machines (pinned copy limit 52-55 GB/s); 2-3 MiB
+  // slots pay more per copy, 8 MiB and more spill the cache. Cold (O_DIRECT) loads were no slower.
   std::size_t slot_count = 16;
   std::size_t slot_bytes = 4u << 20;
   // Reads in flight at once; 0 = automatic (2 per worker, at most 3/4 of the slots, so that slots
@@ -67,8 +67,8 @@ struct device_load_options {
   // mapping is the page cache, not new memory; the pages pinned at once are bounded by
   // direct_pinned_bytes.
   // Off by default: on the H100 hosts measured (16 cores, 4 GiB warm file, gpu_load_bench), pinning
-  // 4 KiB page-cache pages ran at 26-34 GB/s on 16 threads with no copy at all, so the direct path
-  // alone reached 14-20 GB/s against 31-40 GB/s through the ring, and every share tried (15-50%)
+  // 4 KiB page-cache pages ran at 26-36 GB/s on 16 threads with no copy at all, so the direct path
+  // alone reached 14-20 GB/s against 31-46 GB/s through the ring, and every share tried (10-50%)
   // was no faster than the ring alone. It stays for hosts where pinning is cheap.
   direct_mode direct_from_page_cache = direct_mode::off;
   std::string local_file;  // empty: the source is not known to be a local file (ring path)
