@@ -305,6 +305,12 @@ task<result<std::optional<device_tensors>>> load_direct(cuda::uploader& up, cons
   co_return std::optional<device_tensors>(std::move(out));
 }
 
+std::uint64_t piece_bytes(std::span<const direct_piece> pieces) {
+  std::uint64_t n = 0;
+  for (const auto& p : pieces) n += p.length_bytes;
+  return n;
+}
+
 // The direct share of a ring load: the last ranges of the plan, about direct_fraction of the bytes,
 // when the file is warm. Sets st.ring_ranges; returns the pieces (empty: all through the ring).
 result<std::vector<direct_piece>> split_direct_share(device_load_state& st, const page_cache_file* file) {
@@ -382,11 +388,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::upload
   if (!zeros) co_return zeros.error();
   auto share = split_direct_share(st, file->has_value() ? &**file : nullptr);
   if (!share) co_return share.error();
-  const std::uint64_t direct_bytes = [&] {
-    std::uint64_t n = 0;
-    for (const auto& p : *share) n += p.length_bytes;
-    return n;
-  }();
+  const std::uint64_t direct_bytes = piece_bytes(*share);
   device_load_timings t;
   t.prepare_s = seconds(nanoseconds_since(t0));
   // The direct share runs on its own threads beside the ring's readers.
