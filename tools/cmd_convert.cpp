@@ -6,9 +6,6 @@
 #include "tz/format/writer.hpp"
 
 #include <boost/json.hpp>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -33,29 +30,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// A read-only mapping of a whole file (zero-copy access to tensor bytes).
-struct mapped_file {
-  void* base = MAP_FAILED;
-  std::size_t size = 0;
-  ~mapped_file() {
-    if (base != MAP_FAILED) ::munmap(base, size);
-  }
-  std::span<const std::byte> bytes(std::uint64_t offset, std::uint64_t n) const {
-    return {static_cast<const std::byte*>(base) + offset, static_cast<std::size_t>(n)};
-  }
-};
-
-result<void> map_file(const std::string& path, mapped_file& m) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return make_error(errc::not_found, "file " + path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  ::fstat(fd, &st);
-  m.size = static_cast<std::size_t>(st.st_size);
-  if (m.size) m.base = ::mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (m.size && m.base == MAP_FAILED) return make_error(errc::io, "file " + path + ": cannot map: " + std::strerror(errno));
-  return {};
-}
 
 // The "tensorizer" metadata entry for one tensor: what safetensors itself cannot hold.
 boost::json::object describe(const format::tensor_entry& e, std::uint16_t module_index) {
@@ -102,8 +76,8 @@ result<void> tensors_to_safetensors(const format::file_reader& reader, const std
 
 result<void> safetensors_to_tensors(const std::string& in, const std::string& out) {
   TZ_TRY(index, format::read_safetensors_index(in));
-  mapped_file m;
-  TZ_CHECK(map_file(in, m));
+  cli::mapped_file m;
+  TZ_CHECK(cli::map_file(in, m));
   // Restore tensorizer's order, types, module indices and paths when the file came from us.
   boost::json::array info;
   for (const auto& [k, v] : index.metadata)
@@ -129,7 +103,7 @@ result<void> safetensors_to_tensors(const std::string& in, const std::string& ou
     const auto& t = *order[i];
     TZ_TRY(dtype, format::st_dtype_to_tensorizer(t.dtype));
     format::tensor_write w{format::plain_path(t.name), format::tensor_type::state_dict, 0, dtype, t.shape,
-                           m.bytes(t.data_begin, t.size_bytes()), false};
+                           m.bytes().subspan(t.data_begin, t.size_bytes()), false};
     if (const auto* x = extra[i]) {
       TZ_TRY(path, format::decode_name(std::string(x->at("stored_name").as_string())));
       w.path = std::move(path);

@@ -20,7 +20,7 @@ constexpr const char* load_device_help =
     "  --only NAME[,NAME...]    load only these tensors (by name)\n"
     "  --verify                 check the stored CRC32 / SHA-256 of every tensor before it is uploaded\n"
     "  --direct                 read a local FILE with O_DIRECT (cold files)\n"
-    "  --slots N                staging slots (16)          --slot-mib N   slot size in MiB (16)\n"
+    "  --slots N                staging slots (16)          --slot-mib N   slot size in MiB (4)\n"
     "  --readers N              reads in flight (automatic) --threads N    worker threads (one per core)\n"
     "  --streams N              CUDA streams (4)\n"
     "  --decrypt-key-file F | --decrypt-passphrase-file F   open an encrypted FILE\n";

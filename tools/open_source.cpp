@@ -110,33 +110,6 @@ struct window_reader {
   }
 };
 
-// A read-only mapping of a whole local file.
-struct mapped_file {
-  void* base = MAP_FAILED;
-  std::size_t size_bytes = 0;
-  mapped_file() = default;
-  mapped_file(const mapped_file&) = delete;
-  mapped_file& operator=(const mapped_file&) = delete;
-  ~mapped_file() {
-    if (base != MAP_FAILED) ::munmap(base, size_bytes);
-  }
-  std::span<const std::byte> bytes() const {
-    return {static_cast<const std::byte*>(base == MAP_FAILED ? nullptr : base), size_bytes};
-  }
-};
-
-result<void> map_file(const std::string& path, mapped_file& m) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return make_error(errc::io, "file " + path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  ::fstat(fd, &st);
-  m.size_bytes = static_cast<std::size_t>(st.st_size);
-  if (m.size_bytes) m.base = ::mmap(nullptr, m.size_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (m.size_bytes && m.base == MAP_FAILED)
-    return make_error(errc::io, "file " + path + ": cannot map: " + std::strerror(errno));
-  return {};
-}
 
 // A local file read with pread; the descriptor closes when the last copy of the read function goes.
 // (Ours rather than format::file_reader::open(path), whose descriptor is closed by a temporary at
@@ -337,6 +310,27 @@ std::vector<redis_range> redis_layout(const format::file_index& index, std::span
     ranges.push_back({e.name, e.data_offset, file.subspan(e.data_offset, e.data_length)});
   }
   return ranges;
+}
+
+mapped_file::~mapped_file() {
+  if (base != MAP_FAILED) ::munmap(base, size_bytes);
+}
+
+std::span<const std::byte> mapped_file::bytes() const {
+  return {static_cast<const std::byte*>(base == MAP_FAILED ? nullptr : base), size_bytes};
+}
+
+result<void> map_file(const std::string& path, mapped_file& m) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return make_error(errc::io, "file " + path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  ::fstat(fd, &st);
+  m.size_bytes = static_cast<std::size_t>(st.st_size);
+  if (m.size_bytes) m.base = ::mmap(nullptr, m.size_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (m.size_bytes && m.base == MAP_FAILED)
+    return make_error(errc::io, "file " + path + ": cannot map: " + std::strerror(errno));
+  return {};
 }
 
 }  // namespace tz::cli

@@ -106,4 +106,16 @@ class output_target {
 // end marker is not stored. `file` holds the whole file; the ranges point into it.
 std::vector<redis_range> redis_layout(const format::file_index& index, std::span<const std::byte> file);
 
+// A read-only mapping of a whole local file (zero-copy access to tensor bytes).
+struct mapped_file {
+  void* base = reinterpret_cast<void*>(-1);  // MAP_FAILED
+  std::size_t size_bytes = 0;
+  mapped_file() = default;
+  mapped_file(const mapped_file&) = delete;
+  mapped_file& operator=(const mapped_file&) = delete;
+  ~mapped_file();
+  std::span<const std::byte> bytes() const;
+};
+result<void> map_file(const std::string& path, mapped_file& m);
+
 }  // namespace tz::cli

@@ -2,11 +2,11 @@
 #include "ranged_source.hpp"
 
 #include "retry.hpp"
+#include "parallel.hpp"
 #include "scatter.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
-#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
@@ -209,13 +209,7 @@ task<result<void>> ranged_source::read(std::uint64_t offset_bytes, scatter_list 
     ops.push_back(asio::co_spawn(ex, read_range(offset_bytes + skip, scatter_slice(dst, skip, length), found->etag),
                                  asio::deferred));
   }
-  auto [order, exceptions, results] =
-      co_await asio::experimental::make_parallel_group(std::move(ops)).async_wait(asio::experimental::wait_for_all(), use_task);
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    if (exceptions[i]) std::rethrow_exception(exceptions[i]);
-    if (!results[i]) co_return results[i].error();
-  }
-  co_return result<void>{};
+  co_return co_await net::all_succeed(std::move(ops));
 }
 
 }  // namespace tz::net

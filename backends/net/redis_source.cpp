@@ -2,13 +2,13 @@
 #include "tz/redis_source.hpp"
 
 #include "redis_client.hpp"
+#include "parallel.hpp"
 #include "scatter.hpp"
 #include "tz/uri.hpp"
 
 #include <hiredis/hiredis.h>
 
 #include <boost/asio/deferred.hpp>
-#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
@@ -203,13 +203,7 @@ task<result<void>> redis_source::read(std::uint64_t offset_bytes, scatter_list d
     auto length = std::min(part_bytes, total - skip);
     ops.push_back(asio::co_spawn(ex, read_part(offset_bytes + skip, net::scatter_slice(dst, skip, length)), asio::deferred));
   }
-  auto [order, exceptions, results] =
-      co_await asio::experimental::make_parallel_group(std::move(ops)).async_wait(asio::experimental::wait_for_all(), use_task);
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    if (exceptions[i]) std::rethrow_exception(exceptions[i]);
-    if (!results[i]) co_return results[i].error();
-  }
-  co_return result<void>{};
+  co_return co_await net::all_succeed(std::move(ops));
 }
 
 result<parsed_uri> parse_redis_url(const std::string& url) {

@@ -1,9 +1,9 @@
 // S3 source (a signed ranged_source) and uploader (PutObject, or multipart with abort on failure).
+#include "parallel.hpp"
 #include "s3_request.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
-#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include <atomic>
@@ -65,13 +65,7 @@ task<result<void>> upload_parts(s3_object& object, const s3_options& options, co
   std::vector<op_type> ops;
   for (std::size_t w = 0; w < std::max<std::size_t>(1, std::min(options.upload_concurrency, parts)); ++w)
     ops.push_back(asio::co_spawn(ex, worker(), asio::deferred));
-  auto [order, exceptions, results] =
-      co_await asio::experimental::make_parallel_group(std::move(ops)).async_wait(asio::experimental::wait_for_all(), use_task);
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    if (exceptions[i]) std::rethrow_exception(exceptions[i]);
-    if (!results[i]) co_return results[i].error();
-  }
-  co_return result<void>{};
+  co_return co_await net::all_succeed(std::move(ops));
 }
 
 task<result<void>> multipart_upload(s3_object& object, const s3_options& options, std::uint64_t size_bytes,
