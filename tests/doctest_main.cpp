@@ -1,4 +1,5 @@
-// Shared doctest main: runs the cases; a test calls tz_test::skip() to exit 77 (CTest "skipped").
+// Shared doctest main. A test that cannot run here (no GPU, no server, no reference vectors)
+// calls std::exit(77), which CTest reports as skipped (SKIP_RETURN_CODE 77).
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
