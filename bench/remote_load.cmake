@@ -4,6 +4,3 @@ pkg_check_modules(TZ_BENCH_HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 add_executable(remote_load_bench ${CMAKE_CURRENT_LIST_DIR}/remote_load_bench.cpp)
 target_link_libraries(remote_load_bench PRIVATE tz::net tz::engine tz::backends PkgConfig::TZ_BENCH_HIREDIS)
 tz_target_defaults(remote_load_bench)
-if(TZ_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-  target_compile_options(remote_load_bench PRIVATE -Wno-maybe-uninitialized)  # GCC 12 false positives in variant2
-endif()

@@ -2,6 +2,3 @@
 # device_load_test_host; the whole executable exits 77 (skipped) without a GPU.
 tz_add_doctest(device_load_test SOURCES device_load_test.cpp LIBS tz::engine tz::backends)
 add_test(NAME device_load_test_host COMMAND device_load_test --test-suite=host)
-if(TZ_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-  target_compile_options(device_load_test PRIVATE -Wno-maybe-uninitialized)  # GCC 12 false positives in variant2
-endif()

@@ -1,8 +1,2 @@
 # loader_test: plans, filtered/lazy/caller-memory loads, fault injection, stages, reference vectors.
 tz_add_doctest(loader_test SOURCES loader_test.cpp LIBS tz::engine tz::backends)
-if(TZ_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-  target_compile_options(loader_test PRIVATE -Wno-maybe-uninitialized)  # GCC 12 false positives in variant2
-endif()
-if(TZ_SANITIZE STREQUAL "thread" AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-  target_compile_options(loader_test PRIVATE -Wno-tsan)  # Asio's atomic_thread_fence: GCC 12 warns under TSan
-endif()

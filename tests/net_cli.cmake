@@ -7,9 +7,6 @@ target_link_libraries(net_cli_test PRIVATE doctest::doctest tz::net tz::engine t
 target_compile_definitions(net_cli_test PRIVATE TZ_NET_WORKDIR="${tz_net_dir}" TZ_NET_SCRIPTS="${tz_net_scripts}"
                            TZ_NET_PORT_BASE=${TZ_NET_PORT_BASE} TZ_CLI="$<TARGET_FILE:tensorizer>")
 tz_target_defaults(net_cli_test)
-if(TZ_SANITIZE AND CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
-  target_compile_options(net_cli_test PRIVATE -Wno-maybe-uninitialized)  # GCC 12 false positives in variant2
-endif()
 add_dependencies(net_cli_test tensorizer)
 
 find_package(Python3 COMPONENTS Interpreter QUIET)
