@@ -213,9 +213,24 @@ result<parsed_uri> parse_redis_url(const std::string& url) {
   return uri;
 }
 
+// Deletes every key of an older virtual file under prefix: keys left over from a larger file
+// would otherwise be read back as part of the new one.
+result<void> delete_old_keys(redisContext& ctx, const std::string& prefix) {
+  std::vector<key_entry> old;
+  TZ_CHECK(list_keys(ctx, prefix, old));
+  for (const auto& k : old) net::redis_append(ctx, {"DEL", k.key});
+  for (const auto& k : old) {
+    auto reply = net::redis_next_reply(ctx);
+    if (!reply || reply->type != REDIS_REPLY_INTEGER)
+      return make_error(errc::network, "DEL " + k.key + ": " + net::redis_failure(ctx, reply.get()));
+  }
+  return {};
+}
+
 // SET the first piece of each value, APPEND the rest, with a window of commands in flight.
 result<void> write_ranges(redisContext& ctx, const std::string& prefix, std::span<const redis_range> ranges,
                           std::uint64_t piece_bytes) {
+  TZ_CHECK(delete_old_keys(ctx, prefix));
   struct command {
     std::string key;
     bool first;
