@@ -37,35 +37,6 @@ class pinned_allocator final : public buffer_allocator {
   cuda::pinned_buffer buffer_;
 };
 
-// Checks positions (sorted, unique, in range) and sizes; returns the entries in file order.
-result<std::vector<const format::tensor_entry*>> select_device_entries(const format::file_index& index,
-                                                                       std::vector<std::size_t> which) {
-  if (which.empty()) {
-    which.resize(index.tensors.size());
-    std::iota(which.begin(), which.end(), std::size_t{0});
-  }
-  std::sort(which.begin(), which.end());
-  if (std::adjacent_find(which.begin(), which.end()) != which.end()) {
-    return make_error(errc::invalid_argument, index.source + ": a tensor was selected twice");
-  }
-  std::vector<const format::tensor_entry*> out;
-  for (std::size_t i : which) {
-    if (i >= index.tensors.size()) {
-      return make_error(errc::invalid_argument, index.source + ": tensor position " + std::to_string(i) +
-                                                    " is out of range (the file has " +
-                                                    std::to_string(index.tensors.size()) + " tensors)");
-    }
-    const auto& e = index.tensors[i];
-    if (e.data_length > 0 && e.data_length != e.deserialized_bytes) {
-      return make_error(errc::unsupported, index.source + ": tensor " + e.name + " stores " +
-                                               std::to_string(e.data_length) + " bytes for " +
-                                               std::to_string(e.deserialized_bytes) + " loaded bytes");
-    }
-    out.push_back(&e);
-  }
-  return out;
-}
-
 result<void> check_options(const device_load_options& o) {
   if (o.slot_count == 0 || o.slot_bytes == 0) {
     return make_error(errc::invalid_argument, "load to device: the staging ring needs at least one slot of at least "
@@ -200,7 +171,7 @@ task<result<void>> prepare(scheduler& sched, device_load_state& st, const loader
                            unsigned& readers) {
   const auto& o = *st.options;
   TZ_CHECK_CO(check_options(o));
-  auto selected = select_device_entries(*st.index, std::move(which));
+  auto selected = select_in_file_order(*st.index, std::move(which));
   if (!selected) co_return selected.error();
   st.selected = std::move(*selected);
   st.with_headers = opened.kind() == file_kind::tensorizer;
@@ -255,7 +226,7 @@ double seconds(std::int64_t ns) { return static_cast<double>(ns) * 1e-9; }
 
 // The selection and device layout without a ring: no tensor is split, so no header is read.
 result<void> plan_direct(device_load_state& st, const loader& opened, std::vector<std::size_t> which) {
-  TZ_TRY(selected, select_device_entries(*st.index, std::move(which)));
+  TZ_TRY(selected, select_in_file_order(*st.index, std::move(which)));
   st.selected = std::move(selected);
   st.with_headers = opened.kind() == file_kind::tensorizer;
   const device_plan_options popts{std::numeric_limits<std::uint64_t>::max() / 2, 64 << 10, st.with_headers};

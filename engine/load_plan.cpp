@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <numeric>
 
 namespace tz {
 
@@ -113,6 +114,27 @@ load_plan make_plan(std::span<const format::tensor_entry* const> selected, bool 
   plan.header_side_offset.assign(selected.size(), 0);
   for (const run& r : make_runs(selected, with_headers, options, plan)) cut_run(r, selected, options, plan);
   return plan;
+}
+
+result<std::vector<const format::tensor_entry*>> select_in_file_order(const format::file_index& index,
+                                                                      std::vector<std::size_t> which) {
+  if (which.empty()) {
+    which.resize(index.tensors.size());
+    std::iota(which.begin(), which.end(), std::size_t{0});
+  }
+  std::sort(which.begin(), which.end());
+  if (std::adjacent_find(which.begin(), which.end()) != which.end())
+    return make_error(errc::invalid_argument, index.source + ": a tensor was selected twice");
+  std::vector<const format::tensor_entry*> out;
+  out.reserve(which.size());
+  for (std::size_t i : which) {
+    if (i >= index.tensors.size())
+      return make_error(errc::invalid_argument, index.source + ": tensor position " + std::to_string(i) +
+                                                    " is out of range (the file has " +
+                                                    std::to_string(index.tensors.size()) + " tensors)");
+    out.push_back(&index.tensors[i]);  // parse_index guarantees data_length is 0 or the full size
+  }
+  return out;
 }
 
 }  // namespace tz

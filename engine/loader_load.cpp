@@ -40,43 +40,19 @@ void plan_request(loader::pipeline_request& req, const scheduler& sched) {
 
 }  // namespace
 
-// Checks a selection (positions in the index) and turns it into entries in file order.
+// Checks a selection and the file's encryption mode; entries in file order.
 static result<std::vector<const format::tensor_entry*>> select_entries(const format::file_index& index,
                                                                        std::vector<std::size_t> which,
                                                                        const load_options& options) {
   if (options.stage == nullptr || options.decryption != nullptr)
     TZ_CHECK(format::check_decryption_mode(index.header, options.decryption != nullptr, index.source));
-  std::sort(which.begin(), which.end());
-  if (std::adjacent_find(which.begin(), which.end()) != which.end()) {
-    return make_error(errc::invalid_argument, index.source + ": a tensor was selected twice");
-  }
-  std::vector<const format::tensor_entry*> out;
-  out.reserve(which.size());
-  for (std::size_t i : which) {
-    if (i >= index.tensors.size()) {
-      return make_error(errc::invalid_argument, index.source + ": tensor position " + std::to_string(i) +
-                                                    " is out of range (the file has " +
-                                                    std::to_string(index.tensors.size()) + " tensors)");
-    }
-    const auto& e = index.tensors[i];
-    if (e.data_length > 0 && e.data_length != e.deserialized_bytes && options.stage == nullptr) {
-      return make_error(errc::unsupported, index.source + ": tensor " + e.name + " stores " +
-                                               std::to_string(e.data_length) + " bytes for " +
-                                               std::to_string(e.deserialized_bytes) + " loaded bytes");
-    }
-    out.push_back(&e);
-  }
-  return out;
+  return select_in_file_order(index, std::move(which));
 }
 
 task<result<loaded_tensors>> loader::async_load(scheduler& sched, std::vector<std::size_t> which,
                                                 load_options options) {
   auto t0 = clock_type::now();
-  if (which.empty()) {
-    which.resize(index_->tensors.size());
-    std::iota(which.begin(), which.end(), std::size_t{0});
-  }
-  auto selected = select_entries(*index_, std::move(which), options);
+  auto selected = select_entries(*index_, std::move(which), options);  // empty: every tensor
   if (!selected) co_return selected.error();
   pipeline_request req;
   req.selected = std::move(*selected);

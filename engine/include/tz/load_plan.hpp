@@ -1,6 +1,7 @@
 // The plan of a load: a few large contiguous byte ranges, each listing the tensor bytes it covers.
 #pragma once
 
+#include "tz/error.hpp"
 #include "tz/format/tensorizer.hpp"
 
 #include <cstddef>
@@ -58,6 +59,11 @@ struct load_plan {
 // Plans the reads of `selected` (entries in file order, no overlaps; entries of one index).
 // `with_headers`: read each tensor's header too (.tensors files; safetensors have none).
 // Pure: no I/O, no allocation beyond the plan itself.
+// Checks a selection of index positions (in range, none twice; empty = every tensor) and returns
+// the entries in file order. errc::invalid_argument naming the source and the position.
+result<std::vector<const format::tensor_entry*>> select_in_file_order(const format::file_index& index,
+                                                                      std::vector<std::size_t> which);
+
 load_plan make_plan(std::span<const format::tensor_entry* const> selected, bool with_headers,
                     const plan_options& options);
 
