@@ -6,7 +6,7 @@
 // GB/s = object bytes / wall seconds, median of REPEAT runs. The tensorizer peer (a python script) loads
 // the HTTP URL with TensorDeserializer(device="cpu", num_readers=1,2,4,8) and reports its best median.
 // usage: remote_load_bench [--http URL] [--s3 URL --s3-endpoint E] [--redis URL] [--connections N]
-//                          [--repeat R] [--range-mib M] [--peer tensorizer_http_peer.py]   (S3 keys: AWS_ACCESS_KEY_ID/SECRET)
+//                          [--repeat R] [--range-mib M] [--peer tensorizer_peer.py]   (S3 keys: AWS_ACCESS_KEY_ID/SECRET)
 #include "tz/http_source.hpp"
 #include "tz/loader.hpp"
 #include "tz/redis_source.hpp"
@@ -249,7 +249,7 @@ int main(int argc, char** argv) try {
                 r.ref_gbps > 0 ? r.ours_gbps / r.ref_gbps : 0.0);
   if (!cfg.peer.empty() && !cfg.http.empty() && !rows.empty()) {
     const double peer = shell_number("python3 " + shell_quote(cfg.peer) + " " + shell_quote(cfg.http) + " --runs " +
-                                     std::to_string(cfg.repeat) + " 2>/dev/null | sed -n 's/^RESULT //p'");
+                                     std::to_string(cfg.repeat) + " --readers 1,2,4,8 2>/dev/null | sed -n 's/^RESULT //p'");
     std::printf("http   vs tensorizer TensorDeserializer(url, num_readers=best): ours %.2f GB/s, tensorizer %.2f GB/s, %.2fx\n",
                 rows.front().ours_gbps, peer, peer > 0 ? rows.front().ours_gbps / peer : 0.0);
   }

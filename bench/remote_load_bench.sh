@@ -23,6 +23,6 @@ name=bench-$size.tensors; www=$top/nginx/www/bench; mkdir -p "$www"
 "$cli" copy "$www/$name" "redis://127.0.0.1:$((base + 379))/bench-$size"
 args=(--http "http://127.0.0.1:$((base + 80))/bench/$name" --s3 "s3://tz-test/bench/$name" --s3-endpoint "$endpoint"
       --redis "redis://127.0.0.1:$((base + 379))/bench-$size" --connections "$n" --repeat "$repeat")
-[[ $peer == --no-peer ]] || args+=(--peer "$here/peers/tensorizer_http_peer.py")
+[[ $peer == --no-peer ]] || args+=(--peer "$here/peers/tensorizer_peer.py")
 echo "file: $(stat -c %s "$www/$name") bytes, $(grep -c ^processor /proc/cpuinfo) cores"
 "$build/bin/remote_load_bench" "${args[@]}"

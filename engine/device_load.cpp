@@ -203,6 +203,18 @@ result<std::vector<cuda::upload_ticket>> zero_meta(device_load_state& st) {
   return tickets;
 }
 
+// The one device allocation of a load (tensors at plan offsets), with meta tensors' zero fills
+// queued; `zero_tickets` receives their tickets to wait on.
+result<std::shared_ptr<cuda::device_buffer>> allocate_destination(cuda::uploader& up, device_load_state& st,
+                                                                  std::vector<cuda::upload_ticket>& zero_tickets) {
+  TZ_TRY(buffer, cuda::alloc_device(up.device(), st.plan.device_bytes));
+  auto owned = std::make_shared<cuda::device_buffer>(std::move(buffer));
+  st.dst = owned.get();
+  TZ_TRY(zeros, zero_meta(st));
+  zero_tickets = std::move(zeros);
+  return owned;
+}
+
 result<void> wait_all(cuda::uploader& up, const std::vector<cuda::upload_ticket>& tickets) {
   result<void> first;
   for (const auto& t : tickets) {
@@ -256,16 +268,14 @@ task<result<std::optional<device_tensors>>> load_direct(cuda::uploader& up, cons
   auto cached = mostly_cached(file, pieces);
   if (!cached) co_return cached.error();
   if (!*cached && o.direct_from_page_cache != direct_mode::on) co_return std::optional<device_tensors>();
-  auto buffer = cuda::alloc_device(up.device(), st.plan.device_bytes);
-  if (!buffer) co_return buffer.error();
-  auto owned = std::make_shared<cuda::device_buffer>(std::move(*buffer));
-  st.dst = owned.get();
-  auto zeros = zero_meta(st);
-  if (!zeros) co_return zeros.error();
+  std::vector<cuda::upload_ticket> zero_tickets;
+  auto allocated = allocate_destination(up, st, zero_tickets);
+  if (!allocated) co_return allocated.error();
+  auto owned = std::move(*allocated);
   device_load_timings t;
   t.prepare_s = seconds(nanoseconds_since(t0));
   auto stats = co_await upload_from_page_cache(up, *owned, file, std::move(pieces), direct_options(o));
-  auto zeroed = wait_all(up, *zeros);
+  auto zeroed = wait_all(up, zero_tickets);
   if (!stats) co_return stats.error();
   if (!zeroed) co_return zeroed.error();
   t.register_s = seconds(stats->register_ns);
@@ -351,12 +361,10 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::upload
   unsigned readers = 0;
   auto prepared = co_await prepare(sched, st, opened, std::move(which), readers);
   if (!prepared) co_return prepared.error();
-  auto buffer = cuda::alloc_device(up.device(), st.plan.device_bytes);
-  if (!buffer) co_return buffer.error();
-  auto owned = std::make_shared<cuda::device_buffer>(std::move(*buffer));
-  st.dst = owned.get();
-  auto zeros = zero_meta(st);
-  if (!zeros) co_return zeros.error();
+  std::vector<cuda::upload_ticket> zero_tickets;
+  auto allocated = allocate_destination(up, st, zero_tickets);
+  if (!allocated) co_return allocated.error();
+  auto owned = std::move(*allocated);
   auto share = split_direct_share(st, file->has_value() ? &**file : nullptr);
   if (!share) co_return share.error();
   const std::uint64_t direct_bytes = piece_bytes(*share);
@@ -377,7 +385,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::upload
   }
   co_await run_readers(sched, st, readers);
   co_await direct_done.wait();
-  auto zeroed = wait_all(up, *zeros);
+  auto zeroed = wait_all(up, zero_tickets);
   if (st.first_error) co_return *st.first_error;
   if (!stats) co_return stats.error();
   if (!zeroed) co_return zeroed.error();

@@ -1,5 +1,6 @@
-# Peer benchmark: the real tensorizer (PyPI) loading FILE to CPU; prints GB/s per num_readers and
-# "RESULT <best median GB/s>" for load_bench --peers.
+# Peer benchmark: the real tensorizer (PyPI) loading FILE or URL (http(s)://, s3://, redis://) to CPU;
+# prints GB/s per num_readers and "RESULT <best median GB/s>" for load_bench --peers and
+# remote_load_bench --peer.
 import argparse
 import gc
 import statistics
@@ -21,14 +22,16 @@ def load_once(path, readers):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("file")
+    ap.add_argument("file", help="a path or a URL tensorizer can open")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--readers", default="1,2,4", help="comma-separated num_readers values to try")
     args = ap.parse_args()
     best = 0.0
-    for readers in (1, 2, 4):
+    for readers in (int(r) for r in args.readers.split(",")):
         runs = [load_once(args.file, readers) for _ in range(args.runs)]
         med = statistics.median(runs)
-        print(f"tensorizer num_readers={readers}: median {med:.2f} GB/s (runs {', '.join(f'{r:.2f}' for r in runs)})")
+        print(f"tensorizer num_readers={readers}: median {med:.2f} GB/s (runs {', '.join(f'{r:.2f}' for r in runs)})",
+              flush=True)
         best = max(best, med)
     print(f"RESULT {best:.3f}")
 
