@@ -108,6 +108,10 @@ tensorizer_encryptor tensorizer_encryptor::from_key(crypto::secret_key key) {
   return tensorizer_encryptor(std::move(key), std::nullopt);
 }
 
+tensorizer_encryptor tensorizer_encryptor::from_derived_key(crypto::secret_key key, crypto::kdf_params params) {
+  return tensorizer_encryptor(std::move(key), params);
+}
+
 result<tensorizer_encryptor> tensorizer_encryptor::from_passphrase(const crypto::passphrase& pass,
                                                                    crypto::kdf_params params) {
   TZ_TRY(key, crypto::derive_key(pass, params));

@@ -1,5 +1,10 @@
-// Argument parsing and error printing shared by the subcommands.
+// Argument parsing, error printing and reading secrets (files or the terminal, never argv), shared
+// by the subcommands.
 #include "cli.hpp"
+
+#include <fcntl.h>
+#include <termios.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -69,6 +74,34 @@ result<std::optional<format::decryption>> decryption_from(const args& a) {
     return std::optional<format::decryption>(format::decryption::from_passphrase(std::move(pass)));
   }
   return std::optional<format::decryption>();
+}
+
+}  // namespace tz::cli
+
+namespace tz::cli {
+
+result<crypto::passphrase> read_passphrase(const std::string& path) {
+  if (path != "-") return crypto::passphrase::load_file(path);
+  const int fd = ::open("/dev/tty", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return make_error(errc::invalid_argument, "no terminal to prompt for the passphrase on; use a file");
+  termios old{};
+  const bool tty = ::tcgetattr(fd, &old) == 0;
+  if (tty) {
+    termios quiet = old;
+    quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
+    ::tcsetattr(fd, TCSAFLUSH, &quiet);
+  }
+  static constexpr char prompt[] = "Passphrase: ";
+  (void)!::write(fd, prompt, sizeof prompt - 1);
+  char buf[1024];
+  std::size_t n = 0;
+  for (char c; n < sizeof buf && ::read(fd, &c, 1) == 1 && c != '\n';) buf[n++] = c;
+  if (tty) ::tcsetattr(fd, TCSAFLUSH, &old);
+  (void)!::write(fd, "\n", 1);
+  ::close(fd);
+  auto pass = crypto::passphrase::from_string(std::string_view(buf, n));
+  ::explicit_bzero(buf, sizeof buf);
+  return pass;
 }
 
 }  // namespace tz::cli

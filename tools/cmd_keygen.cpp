@@ -1,4 +1,4 @@
-// tensorizer keygen, and reading secrets from files or the terminal (never from argv).
+// tensorizer keygen: a new random key file (never printed).
 #include "cli.hpp"
 
 #include <fcntl.h>
@@ -19,33 +19,6 @@ constexpr const char* keygen_help =
 
 }  // namespace
 
-namespace tz::cli {
-
-result<crypto::passphrase> read_passphrase(const std::string& path) {
-  if (path != "-") return crypto::passphrase::load_file(path);
-  const int fd = ::open("/dev/tty", O_RDWR | O_CLOEXEC);
-  if (fd < 0) return make_error(errc::invalid_argument, "no terminal to prompt for the passphrase on; use a file");
-  termios old{};
-  const bool tty = ::tcgetattr(fd, &old) == 0;
-  if (tty) {
-    termios quiet = old;
-    quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
-    ::tcsetattr(fd, TCSAFLUSH, &quiet);
-  }
-  static constexpr char prompt[] = "Passphrase: ";
-  (void)!::write(fd, prompt, sizeof prompt - 1);
-  char buf[1024];
-  std::size_t n = 0;
-  for (char c; n < sizeof buf && ::read(fd, &c, 1) == 1 && c != '\n';) buf[n++] = c;
-  if (tty) ::tcsetattr(fd, TCSAFLUSH, &old);
-  (void)!::write(fd, "\n", 1);
-  ::close(fd);
-  auto pass = crypto::passphrase::from_string(std::string_view(buf, n));
-  ::explicit_bzero(buf, sizeof buf);
-  return pass;
-}
-
-}  // namespace tz::cli
 
 int cmd_keygen(int argc, char** argv) {
   auto a = cli::parse(argc, argv, 2, {}, {"--help"});

@@ -55,6 +55,9 @@ class tensorizer_encryptor final : public tensor_encryptor {
   static tensorizer_encryptor from_key(crypto::secret_key key);
   // Derives the key once (blocking) with a fresh random salt unless params.salt is set by the caller.
   static result<tensorizer_encryptor> from_passphrase(const crypto::passphrase& pass, crypto::kdf_params params);
+  // An already derived passphrase key and the parameters it was derived with (stored in every
+  // header's KDF chunk), so several files can share one Argon2id derivation.
+  static tensorizer_encryptor from_derived_key(crypto::secret_key key, crypto::kdf_params params);
 
   result<std::vector<std::byte>> encrypt(std::span<std::byte> data) override;
   std::uint64_t crypt_info_bytes(std::uint64_t data_bytes) const override;

@@ -1,0 +1,125 @@
+// tensorizer._C: the module definition, error translation, the shared scheduler and remote options.
+#include "common.hpp"
+
+#include "tz/cuda.hpp"
+
+#include <array>
+#include <mutex>
+
+namespace tz::py {
+
+namespace {
+
+// Exception classes per errc, set by the package (set_error_types). Held as owned references for
+// the life of the interpreter; reset when the module is torn down.
+constexpr std::size_t errc_slots = static_cast<std::size_t>(errc::cancelled) + 1;
+std::array<PyObject*, errc_slots> error_types{};
+
+pyb::object error_type_for(errc code) {
+  auto i = static_cast<std::size_t>(code);
+  if (i < error_types.size() && error_types[i]) return pyb::reinterpret_borrow<pyb::object>(error_types[i]);
+  return pyb::reinterpret_borrow<pyb::object>(PyExc_RuntimeError);
+}
+
+void set_error_types(const pyb::dict& mapping) {
+  for (auto [key, value] : mapping) {
+    const auto name = pyb::cast<std::string>(key);
+    bool found = false;
+    for (std::size_t i = 1; i < errc_slots; ++i) {
+      if (name != errc_name(static_cast<errc>(i))) continue;
+      if (!PyType_Check(value.ptr()) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(value.ptr()),
+                                                           reinterpret_cast<PyTypeObject*>(PyExc_Exception)))
+        throw pyb::type_error("set_error_types: the value for '" + name + "' is not an exception class");
+      Py_XDECREF(error_types[i]);
+      error_types[i] = pyb::reinterpret_borrow<pyb::object>(value).release().ptr();
+      found = true;
+    }
+    if (!found) throw pyb::value_error("set_error_types: unknown error kind '" + name + "'");
+  }
+}
+
+std::mutex scheduler_mutex;
+std::weak_ptr<scheduler> scheduler_cache;
+
+std::optional<std::string> opt_str(const pyb::kwargs& kw, const char* name) {
+  if (!kw.contains(name)) return std::nullopt;
+  pyb::object v = kw[name];
+  if (v.is_none()) return std::nullopt;
+  return pyb::cast<std::string>(v);
+}
+
+bool opt_bool(const pyb::kwargs& kw, const char* name) {
+  return kw.contains(name) && !pyb::object(kw[name]).is_none() && pyb::cast<bool>(kw[name]);
+}
+
+}  // namespace
+
+std::shared_ptr<scheduler> shared_scheduler() {
+  std::lock_guard lock(scheduler_mutex);
+  if (auto s = scheduler_cache.lock()) return s;
+  auto s = std::make_shared<scheduler>();
+  scheduler_cache = s;
+  return s;
+}
+
+void raise_error(const error& e) {
+  pyb::gil_scoped_acquire gil;
+  PyErr_SetString(error_type_for(e.code).ptr(), e.message.c_str());
+  throw pyb::error_already_set();
+}
+
+cli::remote_options remote_options_from(const pyb::kwargs& kw) {
+  static const char* const known[] = {"ca_file",         "insecure",        "connections",   "s3_access_key_id",
+                                      "s3_secret_access_key", "s3_session_token", "s3_endpoint", "s3_config_path",
+                                      "s3_region",       "force_http",      "s3_virtual_host"};
+  for (auto [key, value] : kw) {
+    const auto name = pyb::cast<std::string>(key);
+    if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return name == k; }) == std::end(known))
+      throw pyb::type_error("unexpected keyword argument '" + name + "'");
+  }
+  cli::remote_options o;
+  if (auto f = opt_str(kw, "ca_file")) o.http.ca_file = *f;
+  o.http.verify_peer = !opt_bool(kw, "insecure");
+  if (kw.contains("connections") && !pyb::object(kw["connections"]).is_none()) {
+    const auto n = pyb::cast<long long>(kw["connections"]);
+    if (n < 0 || n > 256) throw pyb::value_error("connections must be 0..256 (0 = default), got " + std::to_string(n));
+    if (n > 0) {
+      o.http.connections = static_cast<std::size_t>(n);
+      o.redis.connections = static_cast<std::size_t>(n);
+      o.s3.upload_concurrency = static_cast<std::size_t>(n);
+    }
+  }
+  o.s3.http = o.http;
+  o.s3.access_key_id = opt_str(kw, "s3_access_key_id");
+  o.s3.secret_access_key = opt_str(kw, "s3_secret_access_key");
+  if (auto t = opt_str(kw, "s3_session_token")) o.s3.session_token = *t;
+  if (auto e = opt_str(kw, "s3_endpoint")) o.s3.endpoint = *e;
+  if (auto c = opt_str(kw, "s3_config_path")) o.s3.s3_config_path = *c;
+  if (auto r = opt_str(kw, "s3_region")) o.s3.region = *r;
+  o.s3.force_http = opt_bool(kw, "force_http");
+  o.s3.virtual_host_style = opt_bool(kw, "s3_virtual_host");
+  return o;
+}
+
+}  // namespace tz::py
+
+PYBIND11_MODULE(_C, m) {
+  namespace py = tz::py;
+  m.doc() = "tensorizer's native engine (see python/API.md): sources, readers, loads, writers, keys";
+  m.attr("version") = TZ_VERSION;
+  m.def("set_error_types", &py::set_error_types, pybind11::arg("mapping"),
+        "Maps engine error kinds (io, format, hash_mismatch, crypto, ...) to exception classes.");
+  m.def("cuda_device_count", [] {
+    auto n = tz::cuda::device_count();
+    return n ? *n : 0;
+  });
+  py::register_keys(m);
+  py::register_source(m);
+  py::register_reader(m);
+  py::register_writer(m);
+  // Drop the registered exception classes before the interpreter finalizes.
+  auto atexit = pybind11::module_::import("atexit");
+  atexit.attr("register")(pybind11::cpp_function([] {
+    for (auto*& t : py::error_types) Py_CLEAR(t);
+  }));
+}

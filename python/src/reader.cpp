@@ -1,0 +1,293 @@
+// _C.Reader, _C.Loaded and _C.Block: an opened file, one load's memory, zero-copy views of it.
+#include "keys.hpp"
+#include "source.hpp"
+
+#include "tz/cuda.hpp"
+#include "tz/device_load.hpp"
+#include "tz/format/tensor_path.hpp"
+#include "tz/loader.hpp"
+
+#include <pybind11/stl.h>
+
+namespace tz::py {
+
+namespace {
+
+struct reader_handle {
+  std::shared_ptr<scheduler> sched;
+  std::shared_ptr<source_handle> source;  // null once closed
+  std::optional<loader> opened;
+  std::string name;
+};
+
+// One load: host memory owned by `host`, or device memory owned by `device`.
+struct loaded_handle {
+  std::shared_ptr<scheduler> sched;
+  std::shared_ptr<loaded_tensors> host;
+  std::shared_ptr<device_tensors> device;
+  std::vector<std::size_t> indices;  // reader entry index of each position
+};
+
+// A writable 1-D byte view of one host tensor; keeps its load's memory alive.
+struct block {
+  std::shared_ptr<loaded_tensors> owner;
+  std::byte* data = nullptr;
+  std::size_t size_bytes = 0;
+};
+
+pyb::object path_to_python(const format::tensor_path& path) {
+  if (!path.structured()) return pyb::str(std::get<std::string>(path.parts.front()));
+  pyb::tuple t(path.parts.size());
+  for (std::size_t i = 0; i < path.parts.size(); ++i) {
+    const auto& p = path.parts[i];
+    if (const auto* s = std::get_if<std::string>(&p)) t[i] = pyb::str(*s);
+    else t[i] = pyb::int_(std::get<std::uint64_t>(p));
+  }
+  return t;
+}
+
+pyb::object entry_object(const pyb::object& entry_type, const format::tensor_entry& e, std::size_t index) {
+  pyb::tuple shape(e.shape.size());
+  for (std::size_t i = 0; i < e.shape.size(); ++i) shape[i] = pyb::int_(e.shape[i]);
+  pyb::dict d;
+  d["index"] = index;
+  d["name"] = path_to_python(e.path);
+  d["raw_name"] = pyb::bytes(e.name);
+  d["display"] = format::display_name(e.path);
+  d["type"] = static_cast<int>(e.type);
+  d["dtype"] = pyb::str(e.dtype.stored);
+  d["numpy_dtype"] = e.dtype.numpy;
+  d["torch_dtype"] = e.dtype.torch;
+  d["opaque"] = e.dtype.opaque;
+  d["itemsize"] = e.dtype.itemsize;
+  d["shape"] = shape;
+  d["header_offset"] = e.header_offset;
+  d["data_offset"] = e.data_offset;
+  d["data_length"] = e.data_length;
+  d["deserialized_bytes"] = e.deserialized_bytes;
+  d["is_meta"] = e.is_meta();
+  return entry_type(**d);
+}
+
+reader_handle& open_reader(reader_handle& r) {
+  if (!r.source || !r.opened)
+    raise_error(error{errc::invalid_argument, r.name + ": the reader is closed"});
+  return r;
+}
+
+// Module indices live only in the per-tensor headers (FORMAT.md §5.3): read each header once.
+std::vector<std::uint16_t> module_indices(reader_handle& r) {
+  const auto& index = open_reader(r).opened->index();
+  std::vector<std::uint16_t> out(index.tensors.size(), 0);
+  if (r.opened->kind() != file_kind::tensorizer) return out;
+  pyb::gil_scoped_release release;
+  std::vector<std::byte> bytes;
+  for (std::size_t i = 0; i < index.tensors.size(); ++i) {
+    const auto& e = index.tensors[i];
+    bytes.resize(e.header_bytes());
+    take(cli::read_blocking(*r.sched, *r.source->source, e.header_offset, bytes));
+    out[i] = take(format::parse_tensor_header(bytes, index.header, e, r.name)).module_index;
+  }
+  return out;
+}
+
+std::vector<std::size_t> checked_indices(const reader_handle& r, const std::optional<std::vector<std::size_t>>& which) {
+  std::vector<std::size_t> out;
+  if (!which) return out;
+  const auto n = r.opened->index().tensors.size();
+  for (auto i : *which)
+    if (i >= n)
+      raise_error(error{errc::invalid_argument,
+                        r.name + ": tensor index " + std::to_string(i) + " out of range (the file has " +
+                            std::to_string(n) + " tensors)"});
+  return *which;
+}
+
+pyb::dict timings_dict(const load_timings& t) {
+  pyb::dict d;
+  d["open_s"] = t.open_s, d["prepare_s"] = t.prepare_s, d["read_s"] = t.read_s;
+  d["verify_s"] = t.verify_s, d["decrypt_s"] = t.decrypt_s, d["total_s"] = t.total_s;
+  return d;
+}
+
+std::shared_ptr<loaded_handle> load_host(reader_handle& r, std::vector<std::size_t> which, bool verify, unsigned readers,
+                                         const std::shared_ptr<decryption_keys>& keys, bool one) {
+  load_options o;
+  o.verify = verify;
+  o.readers = readers;
+  o.decryption = keys ? &keys->decryption : nullptr;
+  auto h = std::make_shared<loaded_handle>();
+  h->sched = r.sched;
+  {
+    pyb::gil_scoped_release release;
+    result<loaded_tensors> loaded = make_error(errc::io, "");
+    try {
+      loaded = one ? run(*r.sched, r.opened->async_load_tensor(*r.sched, which.front(), o))
+                   : r.opened->load(*r.sched, which, o);
+    } catch (const std::exception& e) {
+      loaded = make_error(errc::io, r.name + ": " + e.what());
+    }
+    h->host = std::make_shared<loaded_tensors>(take(std::move(loaded)));
+  }
+  if (one) {
+    h->indices = which;
+  } else if (which.empty()) {
+    h->indices.resize(h->host->size());
+    for (std::size_t i = 0; i < h->indices.size(); ++i) h->indices[i] = i;
+  } else {
+    // loaded_tensors keeps index order; map each position back to its entry index.
+    const auto* base = r.opened->index().tensors.data();
+    for (std::size_t i = 0; i < h->host->size(); ++i) h->indices.push_back(static_cast<std::size_t>(&h->host->entry(i) - base));
+  }
+  return h;
+}
+
+std::shared_ptr<loaded_handle> load_device(reader_handle& r, std::vector<std::size_t> which, bool verify, unsigned readers,
+                                           const std::shared_ptr<decryption_keys>& keys, int device) {
+  device_load_options o;
+  o.verify = verify;
+  o.readers = readers;
+  if (keys) o.decryption = keys->decryption;
+  auto h = std::make_shared<loaded_handle>();
+  h->sched = r.sched;
+  pyb::gil_scoped_release release;
+  auto up = take(cuda::uploader::create(device));
+  result<device_tensors> loaded = make_error(errc::io, "");
+  try {
+    loaded = load_to_device(*r.sched, up, *r.opened, r.source->source, which, o);
+  } catch (const std::exception& e) {
+    loaded = make_error(errc::io, r.name + ": " + e.what());
+  }
+  h->device = std::make_shared<device_tensors>(take(std::move(loaded)));
+  if (which.empty()) {
+    which.resize(h->device->size());
+    for (std::size_t i = 0; i < which.size(); ++i) which[i] = i;
+  } else {
+    std::sort(which.begin(), which.end());  // device loads keep file order
+  }
+  h->indices = std::move(which);
+  return h;
+}
+
+std::shared_ptr<loaded_handle> load(reader_handle& r, std::optional<std::vector<std::size_t>> which, bool verify,
+                                    unsigned readers, std::shared_ptr<decryption_keys> keys, int device, bool one) {
+  open_reader(r);
+  auto indices = checked_indices(r, which);
+  if (device < 0) return load_host(r, std::move(indices), verify, readers, keys, one);
+  return load_device(r, std::move(indices), verify, readers, keys, device);
+}
+
+}  // namespace
+
+void register_reader(pyb::module_& m) {
+  // Entries are plain named tuples-like objects: a SimpleNamespace keeps them cheap and readable.
+  auto entry_type = pyb::module_::import("types").attr("SimpleNamespace");
+
+  pyb::class_<block, std::shared_ptr<block>>(m, "Block", pyb::buffer_protocol(),
+                                             "A writable byte view of one loaded tensor (keeps the load alive).")
+      .def_buffer([](block& b) {
+        return pyb::buffer_info(b.data, 1, pyb::format_descriptor<std::uint8_t>::format(), 1,
+                                {static_cast<pyb::ssize_t>(b.size_bytes)}, {pyb::ssize_t{1}}, false);
+      })
+      .def("__len__", [](const block& b) { return b.size_bytes; });
+
+  pyb::class_<loaded_handle, std::shared_ptr<loaded_handle>>(m, "Loaded", "The tensors of one load.")
+      .def("__len__", [](const loaded_handle& h) { return h.indices.size(); })
+      .def_property_readonly("indices", [](const loaded_handle& h) { return h.indices; })
+      .def_property_readonly("device", [](const loaded_handle& h) { return h.device ? h.device->device() : -1; })
+      .def_property_readonly("bytes",
+                             [](const loaded_handle& h) { return h.host ? h.host->bytes() : h.device->data_bytes(); })
+      .def_property_readonly("timings",
+                             [](const loaded_handle& h) {
+                               if (h.host) return timings_dict(h.host->timings());
+                               const auto& t = h.device->timings();
+                               pyb::dict d;
+                               d["prepare_s"] = t.prepare_s, d["read_s"] = t.read_s, d["verify_s"] = t.verify_s;
+                               d["decrypt_s"] = t.decrypt_s, d["h2d_wait_s"] = t.h2d_wait_s, d["total_s"] = t.total_s;
+                               return d;
+                             })
+      .def(
+          "buffer",
+          [](const loaded_handle& h, std::size_t i) {
+            if (!h.host) throw pyb::value_error("buffer(): this load is on a CUDA device; use dlpack()");
+            if (i >= h.host->size()) throw pyb::index_error("buffer(): position out of range");
+            auto span = h.host->data(i);
+            return std::make_shared<block>(block{h.host, const_cast<std::byte*>(span.data()), span.size()});
+          },
+          pyb::arg("i"))
+      .def(
+          "dlpack",
+          [](const std::shared_ptr<loaded_handle>& h, std::size_t i) {
+            if (!h->device) throw pyb::value_error("dlpack(): this load is in host memory; use buffer()");
+            if (i >= h->device->size()) throw pyb::index_error("dlpack(): position out of range");
+            const std::int64_t n = static_cast<std::int64_t>(h->device->size_bytes(i));
+            const std::int64_t shape[] = {n};
+            auto t = take(cuda::to_dlpack_cuda(h->device->data(i), h->device->device(), DLDataType{kDLUInt, 8, 1},
+                                               shape, std::shared_ptr<void>(h, h.get())));
+            // The capsule owns the tensor until a consumer renames it "used_dltensor"; an unused
+            // capsule runs the tensor's deleter itself.
+            return pyb::capsule(t.release(), "dltensor", [](PyObject* cap) {
+              if (PyCapsule_IsValid(cap, "dltensor")) {
+                auto* p = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+                if (p && p->deleter) p->deleter(p);
+              }
+            });
+          },
+          pyb::arg("i"));
+
+  pyb::class_<reader_handle, std::shared_ptr<reader_handle>>(m, "Reader", "An opened .tensors or safetensors file.")
+      .def(pyb::init([](std::shared_ptr<source_handle> source) {
+             auto r = std::make_shared<reader_handle>();
+             r->sched = source->sched;
+             r->name = source->source->name();
+             pyb::gil_scoped_release release;
+             r->opened.emplace(take(loader::open(*r->sched, source->source)));
+             r->source = std::move(source);
+             return r;
+           }),
+           pyb::arg("source"))
+      .def_property_readonly("name", [](const reader_handle& r) { return r.name; })
+      .def_property_readonly("kind",
+                             [](reader_handle& r) {
+                               return open_reader(r).opened->kind() == file_kind::tensorizer ? "tensorizer" : "safetensors";
+                             })
+      .def_property_readonly("version", [](reader_handle& r) { return open_reader(r).opened->index().header.version; })
+      .def_property_readonly("encrypted", [](reader_handle& r) { return open_reader(r).opened->index().header.has_crypt_info(); })
+      .def_property_readonly("file_bytes",
+                             [](reader_handle& r) { return open_reader(r).opened->index().header.tensor_size; })
+      .def_property_readonly("open_seconds", [](reader_handle& r) { return open_reader(r).opened->open_seconds(); })
+      .def_property_readonly(
+          "entries",
+          [entry_type](reader_handle& r) {
+            const auto& index = open_reader(r).opened->index();
+            pyb::list out;
+            for (std::size_t i = 0; i < index.tensors.size(); ++i) out.append(entry_object(entry_type, index.tensors[i], i));
+            return out;
+          })
+      .def("module_indices", &module_indices,
+           "Each tensor's module index, from its header (one small read per tensor; 0 for safetensors).")
+      .def(
+          "load",
+          [](reader_handle& r, std::optional<std::vector<std::size_t>> which, bool verify, unsigned readers,
+             std::shared_ptr<decryption_keys> decryption, int device) {
+            return load(r, std::move(which), verify, readers, std::move(decryption), device, false);
+          },
+          pyb::arg("indices") = pyb::none(), pyb::kw_only(), pyb::arg("verify") = false, pyb::arg("readers") = 0u,
+          pyb::arg("decryption") = pyb::none(), pyb::arg("device") = -1)
+      .def(
+          "load_one",
+          [](reader_handle& r, std::size_t index, bool verify, std::shared_ptr<decryption_keys> decryption, int device) {
+            return load(r, std::vector<std::size_t>{index}, verify, 0, std::move(decryption), device, device < 0);
+          },
+          pyb::arg("index"), pyb::kw_only(), pyb::arg("verify") = false, pyb::arg("decryption") = pyb::none(),
+          pyb::arg("device") = -1)
+      .def("close",
+           [](reader_handle& r) {
+             r.opened.reset();
+             r.source.reset();
+           })
+      .def_property_readonly("closed", [](const reader_handle& r) { return !r.source; })
+      .def("__repr__", [](const reader_handle& r) { return "<tensorizer._C.Reader " + r.name + ">"; });
+}
+
+}  // namespace tz::py
