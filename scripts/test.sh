@@ -28,6 +28,12 @@ configure_build_test() {
 phase "setup"
 scripts/setup.sh
 configure_build_test "$build_dir"
+# The Python package: one `pip install` of the repository into build/venv, then its pytest suite
+# (API, real tensorizer cross checks, the real-model proof, README examples).
+phase "python package: build and install into build/venv"
+TZ_VENV="$build_dir/venv" PYTHON="$python" scripts/python_build.sh
+phase "python tests"
+"$build_dir/venv/bin/python" -m pytest python/tests -q -p no:cacheprovider
 if [ -n "${TZ_SANITIZE_PASS:-}" ]; then
   configure_build_test "$build_dir-$TZ_SANITIZE_PASS" -DTZ_SANITIZE="$TZ_SANITIZE_PASS" -DTZ_BUILD_BENCH=OFF
 fi
