@@ -30,7 +30,7 @@ from tensorizer import TensorDeserializer, TensorSerializer, TensorType
 
 REPO = Path(__file__).resolve().parents[2]
 RGW_SH = REPO / "scripts" / "servers" / "rgw.sh"
-PORT_BASE = int(os.environ.get("TZ_PY_PORT_BASE", "24000"))
+PORT_BASE = int(os.environ.get("TZ_PY_PORT_BASE", "25000"))
 DEVICE = "cuda:0" if torch.cuda.is_available() else "cpu"
 
 
@@ -238,9 +238,9 @@ def rgw(tmp_path_factory):
                            capture_output=True, text=True, timeout=300)
     if start.returncode == 77:
         pytest.skip(f"Ceph/radosgw not installed: {start.stderr.strip()}")
-    if start.returncode != 0:
-        pytest.skip(f"radosgw did not start: {start.stderr.strip()[-500:]}")
     try:
+        if start.returncode != 0:
+            pytest.skip(f"radosgw did not start: {start.stderr.strip()[-500:]}")
         yield {
             "endpoint": f"https://127.0.0.1:{PORT_BASE + 482}",
             "ca": str(workdir / "ca" / "ca.pem"),
@@ -535,9 +535,15 @@ def test_readme_concurrent_reads(in_tmp):
         with TensorDeserializer("model.tensors", device="cpu", num_readers=readers) as d:
             _assert_same_tensors(dict(d), model.state_dict())
     data = Path("model.tensors").read_bytes()
-    # "synthetic file-like objects such as BytesIO are not currently able to be reopened"
-    with pytest.raises(ValueError):
-        TensorDeserializer(io.BytesIO(data), device="cpu", num_readers=2)
+    # "synthetic file-like objects such as BytesIO are not currently able to be reopened": 2.11.1
+    # raises ValueError; ours lifts that limitation (serialization.py's list of differences), so
+    # there the load must simply be right.
+    if importlib.util.find_spec("tensorizer._C") is None:
+        with pytest.raises(ValueError):
+            TensorDeserializer(io.BytesIO(data), device="cpu", num_readers=2)
+    else:
+        with TensorDeserializer(io.BytesIO(data), device="cpu", num_readers=2) as d:
+            _assert_same_tensors(dict(d), model.state_dict())
     with TensorDeserializer(io.BytesIO(data), device="cpu", num_readers=1) as d:
         _assert_same_tensors(dict(d), model.state_dict())
 
