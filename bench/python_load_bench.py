@@ -169,6 +169,8 @@ def worker_main(argv):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of all peers, interleaved; medians are over all rounds' runs (default 3)")
     ap.add_argument("--readers", default="default")
     ap.add_argument("--digest", action="store_true")
     args = ap.parse_args(argv)
@@ -245,6 +247,8 @@ def main(argv=None):
     ap.add_argument("--size", type=int, default=1024, help="MiB of the generated model (default 1024)")
     ap.add_argument("--runs", type=int, default=7, help="timed loads per peer and setting (default 7)")
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of all peers, interleaved; medians are over all rounds' runs (default 3)")
     ap.add_argument("--smoke", action="store_true", help="tiny and fast (CTest): 16 MiB, 2 runs")
     ap.add_argument("--real-readers", default="1,2,4,8", help="num_readers tried for the real tensorizer")
     ap.add_argument("--ours-readers", default="default", help="num_readers tried for ours ('default' = None)")
@@ -259,7 +263,7 @@ def main(argv=None):
                     help="harness check only: accept a --ours-python whose tensorizer is not ours")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.size, args.runs, args.real_readers = 16, 2, "1,2"
+        args.size, args.runs, args.rounds, args.real_readers = 16, 2, 1, "1,2"
     timeout = 120 if args.smoke else 1800
     digest = not args.no_check
 
@@ -302,47 +306,60 @@ def main(argv=None):
     elif args.devices == "auto" and ours_probe.get("cuda"):
         devices.append("cuda")
 
-    rows = []  # (device, peer, summary)
+    raw = {}  # (device, peer, how) -> result with the seconds of every round
     notes = []
-    try:
-        for device in devices:
-            dev_arg = "cuda:0" if device == "cuda" else "cpu"
-            common = dict(device=dev_arg, runs=args.runs, warmup=args.warmup, digest=digest)
 
-            warm_page_cache(path)
-            for r in run_worker(str(ours_python), "tensorizer", timeout, path=path, readers=args.ours_readers, **common):
-                rows.append((device, "ours (Python)", summarize(r)))
-
-            if cli:
-                warm_page_cache(path)
-                rows.append((device, "our C++ CLI", summarize(run_cli(cli, path, dev_arg, args.runs, args.warmup, timeout))))
+    def add(device, peer, results):
+        for r in results:
+            key = (device, peer, r["how"])
+            if key in raw:
+                raw[key]["seconds"] += r["seconds"]
+                raw[key]["digests"].add(r["digest"])
             else:
-                notes.append(f"C++ CLI not found at {args.cli}")
+                raw[key] = {**r, "seconds": list(r["seconds"]), "digests": {r["digest"]}}
 
-            if real_ok and (device == "cpu" or real_probe.get("cuda")):
+    st_python = real_python if real_probe.get("safetensors") else str(ours_python)
+    if not real_ok:
+        notes.append(f"real tensorizer unavailable ({real_python}: {real_probe})")
+    if not cli:
+        notes.append(f"C++ CLI not found at {args.cli}")
+    try:
+        # Rounds interleave the peers, so a change in the machine's load hits all of them alike.
+        for _round in range(args.rounds):
+            for device in devices:
+                dev_arg = "cuda:0" if device == "cuda" else "cpu"
+                common = dict(device=dev_arg, runs=args.runs, warmup=args.warmup, digest=digest)
+
                 warm_page_cache(path)
-                real = [summarize(r) for r in run_worker(real_python, "tensorizer", timeout, path=path,
-                                                          readers=args.real_readers, **common)]
-                for r in real:
-                    rows.append((device, "real tensorizer", r))
-            elif not real_ok:
-                notes.append(f"real tensorizer unavailable ({real_python}: {real_probe})")
-
-            st_python = real_python if real_probe.get("safetensors") else str(ours_python)
-            warm_page_cache(st_path)
-            try:
-                for r in run_worker(st_python, "safetensors", timeout, path=st_path, **common):
-                    rows.append((device, "safetensors", summarize(r)))
-            except RuntimeError as e:
-                notes.append(f"safetensors failed: {e}")
+                add(device, "ours (Python)", run_worker(str(ours_python), "tensorizer", timeout, path=path,
+                                                        readers=args.ours_readers, **common))
+                if cli:
+                    warm_page_cache(path)
+                    add(device, "our C++ CLI", [run_cli(cli, path, dev_arg, args.runs, args.warmup, timeout)])
+                if real_ok and (device == "cpu" or real_probe.get("cuda")):
+                    warm_page_cache(path)
+                    add(device, "real tensorizer", run_worker(real_python, "tensorizer", timeout, path=path,
+                                                              readers=args.real_readers, **common))
+                warm_page_cache(st_path)
+                try:
+                    add(device, "safetensors", run_worker(st_python, "safetensors", timeout, path=st_path, **common))
+                except RuntimeError as e:
+                    notes.append(f"safetensors failed: {e}")
     finally:
         if tmp is not None and not args.workdir:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    rows = []  # (device, peer, summary)
+    for (device, peer, _how), r in raw.items():
+        digests = r.pop("digests") - {None}
+        digest = digests.pop() if len(digests) == 1 else ("differs between rounds" if digests else None)
+        rows.append((device, peer, summarize({**r, "digest": digest})))
+
     # Report
     size_gb = rows[0][2]["bytes"] / 1e9 if rows else 0
     print(f"\nPython load benchmark: {size_gb:.3f} GB of tensor data ({os.path.basename(path)}), "
-          f"warm page cache, fresh memory, median of {args.runs} runs after {args.warmup} warm-up; "
+          f"warm page cache, fresh memory; median of {args.rounds} round(s) x {args.runs} runs, each subprocess "
+          f"after {args.warmup} warm-up load(s); "
           f"{os.cpu_count()} CPUs\n")
     print("| device | peer | how | median GB/s | median s | range GB/s |")
     print("| --- | --- | --- | ---: | ---: | --- |")
@@ -385,7 +402,7 @@ def main(argv=None):
 
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({
-            "file": path, "bytes": rows[0][2]["bytes"] if rows else 0, "runs": args.runs,
+            "file": path, "bytes": rows[0][2]["bytes"] if rows else 0, "runs": args.runs, "rounds": args.rounds,
             "results": [{"device": d, "peer": p, **s} for d, p, s in rows],
             "ratios": {f"{d}: ours/{p}": r for (d, p), r in ratios.items()},
             "ours": ours_probe, "real": real_probe, "notes": notes,

@@ -568,6 +568,7 @@ OPAQUE = {
 }
 
 
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
 def test_readme_bfloat16_support(in_tmp):
     torch.manual_seed(3)
     tensors = {name: torch.randn(7, 5).to(dtype) for name, dtype in OPAQUE.items()}
