@@ -16,7 +16,10 @@ import tensorizer  # noqa: E402
 from tensorizer import protobuf as tpb  # noqa: E402
 from tensorizer import tensors_pb2  # noqa: E402
 
-REAL_PYTHON = "/root/.pyenv/versions/3.11.7/bin/python3"  # has the real tensorizer 2.11.1
+REAL_PYTHON = os.environ.get("TZ_REAL_PYTHON", "/root/.pyenv/versions/3.11.7/bin/python3")  # tensorizer 2.11.1
+# The real tensorizer must not see our package: no PYTHONPATH / venv, no user site, run from "/".
+REAL_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+REAL_GUARD = "import tensorizer as _t; assert _t.__version__.startswith('2.'), _t.__file__\n"
 PROTO = Path(tensorizer.__file__).with_name("tensors.proto")
 
 ALL_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex32, torch.complex64,
@@ -25,7 +28,8 @@ ALL_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch
 
 def run_real(code: str, stdin: bytes = b"") -> bytes:
     try:
-        out = subprocess.run([REAL_PYTHON, "-c", code], input=stdin, capture_output=True, timeout=300, cwd="/")
+        out = subprocess.run([REAL_PYTHON, "-s", "-c", REAL_GUARD + code], input=stdin, capture_output=True,
+                             env=REAL_ENV, timeout=300, cwd="/")
     except FileNotFoundError:
         pytest.skip(f"{REAL_PYTHON} not found")
     if out.returncode != 0 and b"No module named 'tensorizer'" in out.stderr:
@@ -238,7 +242,8 @@ for k, v in net.state_dict().items():
     import hashlib
 
     got = run_real(code, stream.getvalue()).decode().split("\n")
-    want = [f"{k} {hashlib.sha256(v.contiguous().numpy().tobytes()).hexdigest()}" for k, v in source.state_dict().items()]
+    want = [f"{k} {hashlib.sha256(v.contiguous().numpy().tobytes()).hexdigest()}"
+            for k, v in source.state_dict().items()]
     assert [line for line in got if line] == want
 
 

@@ -300,6 +300,19 @@ def test_s3_writes_upload_the_temporary_file_once_on_close(monkeypatch):
     assert not os.path.exists(temp)
 
 
+def test_s3_writes_never_closed_are_uploaded_when_collected(monkeypatch):
+    import gc
+
+    upload = RecordingUploader()
+    monkeypatch.setattr(stream_io, "_native", lambda: type("N", (), {"upload_file": staticmethod(upload)}))
+    f = open_stream("s3://bucket/forgotten", "wb")
+    f.write(b"data")
+    temp = f._tz_path
+    del f
+    gc.collect()
+    assert [c[:2] for c in upload.calls] == [(b"data", "s3://bucket/forgotten")] and not os.path.exists(temp)
+
+
 def test_s3_writes_left_by_an_exception_are_discarded(monkeypatch):
     upload = RecordingUploader()
     monkeypatch.setattr(stream_io, "_native", lambda: type("N", (), {"upload_file": staticmethod(upload)}))
@@ -419,6 +432,37 @@ def test_http_large_reads_go_straight_into_the_buffer(nginx):
         assert f.read_operations == 1
 
 
+def test_deserializer_reads_through_an_https_stream(nginx):
+    import torch
+    from tensorizer import TensorDeserializer, TensorSerializer
+
+    tensors = {"a": torch.arange(1000, dtype=torch.float32), "b.c": torch.ones(3, 4, dtype=torch.bfloat16)}
+    serializer = TensorSerializer(str(nginx["www"] / "model.tensors"))
+    serializer.write_state_dict(tensors)
+    serializer.close()
+    stream = open_stream(nginx["https"] + "/model.tensors", certificate_handling=CAInfo(cacert=nginx["ca"]))
+    with TensorDeserializer(stream, device="cpu") as d:
+        assert d.keys() == tensors.keys()
+        assert all(torch.equal(d[k], v) for k, v in tensors.items())
+
+
+def test_torch_load_and_torch_compat_through_an_http_stream(nginx):
+    import torch
+    from tensorizer.torch_compat import tensorizer_loading, tensorizer_saving
+
+    obj = {"w": torch.randn(64, 8), "n": 7}
+    torch.save(obj, str(nginx["www"] / "plain.pt"))
+    with open_stream(nginx["http"] + "/plain.pt") as f:
+        got = torch.load(f, weights_only=True)
+    assert torch.equal(got["w"], obj["w"]) and got["n"] == 7
+    with tensorizer_saving():
+        torch.save(obj, str(nginx["www"] / "tz.pt"))
+    # The stream's name is its URL, so the sidecar is found at <url>.tensors over HTTP too.
+    with tensorizer_loading(device="cpu"), open_stream(nginx["http"] + "/tz.pt") as f:
+        got = torch.load(f)
+    assert torch.equal(got["w"], obj["w"]) and got["n"] == 7
+
+
 def test_http_names_with_spaces_work(nginx):
     with open_stream(nginx["http"] + "/name with spaces.bin") as f:
         assert f.read() == DATA[::-1]
@@ -511,7 +555,9 @@ def s3_server(server_root):
 
 
 def s3_kwargs(server, **extra):
-    return dict(s3_access_key_id=S3_KEY, s3_secret_access_key=S3_SECRET, s3_endpoint=server["endpoint"], **extra)
+    # An explicit http:// endpoint needs force_http, as in tensorizer.
+    return dict(s3_access_key_id=S3_KEY, s3_secret_access_key=S3_SECRET, s3_endpoint=server["endpoint"],
+                force_http=True, **extra)
 
 
 def test_s3_reads(s3_server):
@@ -526,7 +572,8 @@ def test_s3_credentials_from_an_s3cmd_config(s3_server, tmp_path):
     host = s3_server["endpoint"].split("://", 1)[1]
     config.write_text(f"[default]\naccess_key = {S3_KEY}\nsecret_key = {S3_SECRET}\nhost_base = {host}\n"
                       "use_https = False\n")
-    with open_stream(f"s3://{S3_BUCKET}/data.bin", s3_config_path=str(config), force_http=True) as f:
+    # use_https = False stands for force_http, as in tensorizer.
+    with open_stream(f"s3://{S3_BUCKET}/data.bin", s3_config_path=str(config)) as f:
         assert f.read(8) == DATA[:8]
 
 

@@ -21,12 +21,16 @@ import torch
 from tensorizer import torch_compat
 from tensorizer.torch_compat import tensorizer_loading, tensorizer_saving
 
-REAL_PYTHON = "/root/.pyenv/versions/3.11.7/bin/python3"  # has the real tensorizer 2.11.1
+REAL_PYTHON = os.environ.get("TZ_REAL_PYTHON", "/root/.pyenv/versions/3.11.7/bin/python3")  # tensorizer 2.11.1
+# The real tensorizer must not see our package: no PYTHONPATH / venv, no user site, run from "/".
+REAL_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+REAL_GUARD = "import tensorizer as _t; assert _t.__version__.startswith('2.'), _t.__file__\n"
 
 
 def run_real(code: str, *args: str) -> str:
     try:
-        out = subprocess.run([REAL_PYTHON, "-c", code, *args], capture_output=True, text=True, timeout=600, cwd="/")
+        out = subprocess.run([REAL_PYTHON, "-s", "-c", REAL_GUARD + code, *args], capture_output=True, text=True,
+                             env=REAL_ENV, timeout=600, cwd="/")
     except FileNotFoundError:
         pytest.skip(f"{REAL_PYTHON} not found")
     if out.returncode != 0 and "No module named 'tensorizer'" in out.stderr:
@@ -321,6 +325,16 @@ def test_a_module_pickles_whole(tmp_path):
         got = torch.load(pt, weights_only=False)
     x = torch.randn(5, 3)
     assert torch.equal(got(x), model(x))
+
+
+def test_legacy_torch_format_works_too(tmp_path):
+    store, pt = MemorySidecar(), str(tmp_path / "legacy.pt")
+    obj = sample_objects()
+    with tensorizer_saving(save_func=store.save):
+        torch.save(obj, pt, _use_new_zipfile_serialization=False)
+    assert len(store.saves) == 1
+    with tensorizer_loading(load_func=store.load):
+        check_objects(torch.load(pt, weights_only=False), obj)
 
 
 # -- pickle compatibility with the real tensorizer (no native module) -----------------------------

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,7 +24,10 @@ from tensorizer.utils import (
     no_init_or_tensor,
 )
 
-REAL_PYTHON = "/root/.pyenv/versions/3.11.7/bin/python3"  # has the real tensorizer 2.11.1
+REAL_PYTHON = os.environ.get("TZ_REAL_PYTHON", "/root/.pyenv/versions/3.11.7/bin/python3")  # tensorizer 2.11.1
+# The real tensorizer must not see our package: no PYTHONPATH / venv, no user site, run from "/".
+REAL_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+REAL_GUARD = "import tensorizer as _t; assert _t.__version__.startswith('2.'), _t.__file__\n"
 SIZES = [0, 1, 999, 1000, 1023, 1024, 1500, 999_999, 10**6, 1 << 20, 1 << 30, 10**15, 999 * 10**15, 10**18,
          1 << 50, 1 << 60, 123456789012, 0.5]
 
@@ -31,8 +35,8 @@ SIZES = [0, 1, 999, 1000, 1023, 1024, 1500, 999_999, 10**6, 1 << 20, 1 << 30, 10
 def run_real(code: str) -> str:
     """Runs code under the system interpreter (real tensorizer); skips when that is unavailable."""
     try:
-        out = subprocess.run([REAL_PYTHON, "-c", code], capture_output=True, text=True, timeout=300,
-                             cwd="/")
+        out = subprocess.run([REAL_PYTHON, "-s", "-c", REAL_GUARD + code], capture_output=True, text=True,
+                             env=REAL_ENV, timeout=300, cwd="/")
     except FileNotFoundError:
         pytest.skip(f"{REAL_PYTHON} not found")
     if out.returncode != 0 and "No module named 'tensorizer'" in out.stderr:
@@ -252,3 +256,45 @@ def test_utils_all_matches_tensorizer():
     assert set(utils.__all__) == {"convert_bytes", "get_device", "GlobalGPUMemoryUsage", "TorchGPUMemoryUsage",
                                   "CPUMemoryUsage", "MemoryUsage", "get_mem_usage", "get_gpu_name",
                                   "no_init_or_tensor"}
+
+
+# -- the package's top level ----------------------------------------------------------------------
+
+TENSORIZER_ALL = ["TensorSerializer", "TensorDeserializer", "TensorType", "CryptographyError", "EncryptionParams",
+                  "DecryptionParams", "FilterFuncType", "stream_io", "torch_compat", "utils", "protobuf",
+                  "tensors_pb2"]
+
+
+def test_package_all_is_tensorizers():
+    import tensorizer
+
+    assert tensorizer.__all__ == TENSORIZER_ALL
+    assert isinstance(tensorizer.__version__, str) and tensorizer.__version__
+    assert set(TENSORIZER_ALL) <= set(dir(tensorizer))
+
+
+def test_import_is_lazy_and_star_import_gets_everything():
+    code = (
+        "import sys, tensorizer\n"
+        "print(sorted(m for m in ('torch', 'tensorizer._C', 'tensorizer.serialization') if m in sys.modules))\n"
+        "ns = {}\n"
+        "exec('from tensorizer import *', ns)\n"
+        "import tensorizer.serialization as s, tensorizer._crypt as c, types\n"
+        "assert ns['TensorSerializer'] is s.TensorSerializer and ns['EncryptionParams'] is c.EncryptionParams\n"
+        "assert ns['DecryptionParams'] is c.DecryptionParams and ns['TensorType'] is s.TensorType\n"
+        "assert all(isinstance(ns[m], types.ModuleType) for m in ('stream_io', 'torch_compat', 'utils',"
+        " 'protobuf', 'tensors_pb2'))\n"
+        "print(sorted(set(tensorizer.__all__) - set(ns)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0 and ("import name '_C'" in out.stderr or "No module named 'tensorizer._C'" in out.stderr):
+        pytest.skip("tensorizer._C is not built")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["[]", "[]"]
+
+
+def test_unknown_attributes_raise_attribute_error():
+    import tensorizer
+
+    with pytest.raises(AttributeError):
+        tensorizer.no_such_name  # noqa: B018
