@@ -102,8 +102,16 @@ found while testing against 2.11.1):
   then misreads as a structured path).
 * write_state_dict: a str or bytes leaf raises TypeError (2.11.1 recursed into it forever).
 * numpy arrays in a non-native byte order are written in native (little-endian) order.
-* TensorSerializer needs only a writable binary file object (no read/seek) and is also a
-  context manager (an exception inside the block discards the file).
+* write_module(include_non_persistent_buffers=False) keeps the root module's persistent
+  buffers (2.11.1 dropped every root-level buffer: it compared ".name" with "name") and drops
+  its non-persistent ones.
+* TensorSerializer needs only a writable binary file object (no read/seek), leaves an
+  io.BytesIO open at close() (2.11.1 closed it, discarding the file), and is also a context
+  manager (an exception inside the block discards the file). A failed write_tensor leaves the
+  name free for another try.
+* requires_grad is decided on the returned dtype (2.11.1 used the stored one, so dtype= casts
+  to a non-float dtype failed).
+* safetensors files can be read too.
 * EncryptionParams / DecryptionParams never show key material in repr().
 """
 
@@ -719,12 +727,15 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         self._headers: Dict[int, _HeaderInfo] = {}
         self._bytes_read = 0
         self._timings: Dict[str, float] = {}
+        self._header_source = None
+        self._init_failed = False
         try:
             self._init(
                 file_obj, device, filter_func, dtype, lazy_load, num_readers, verify_hash,
                 encryption,
             )
         except BaseException:
+            self._init_failed = True
             self.close()
             raise
 
@@ -835,10 +846,21 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
 
     # -- file lifetime ---------------------------------------------------------------------
 
-    def _release_file(self) -> None:
-        """Closes the file (tensors already loaded stay usable)."""
+    def _release_file(self, keep_details: bool = True) -> None:
+        """Closes the file (tensors already loaded stay usable).
+
+        The per-tensor header details (module index, stored hashes) that read_tensors and
+        verify_module may still need are kept reachable: paths and URIs are reopened on
+        demand; local descriptors and in-memory files have them read now (cheap); for a
+        stream object's (possibly remote) source, a reference to the source is kept until
+        close()."""
         if self._reader is not None:
-            self._prefetch_headers()
+            opened = self._opened
+            if keep_details and opened is not None and opened.spec is None:
+                if opened.kind in ("fd", "buffer"):
+                    self._prefetch_headers()
+                elif opened.kind == "stream":
+                    self._header_source = opened.source
             reader, self._reader = self._reader, None
             reader.close()
         opened = self._opened
@@ -855,7 +877,8 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
             return
         self._closed = True
         with contextlib.suppress(Exception):
-            self._release_file()
+            self._release_file(keep_details=not self._init_failed)
+        self._header_source = None
         self._decryption = None
 
     def __del__(self):
@@ -867,16 +890,16 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
 
     # -- loading -----------------------------------------------------------------------------
 
-    def _load_device_index(self) -> int:
-        device = self._device
-        if self._device_is_dynamic:
-            device = _resolve_cuda_device()
-        if device.type == "cuda" and _C.cuda_device_count() > 0:
-            return device.index if device.index is not None else 0
-        return -1
-
     def _target_device(self) -> torch.device:
         return _resolve_cuda_device() if self._device_is_dynamic else self._device
+
+    @staticmethod
+    def _engine_device(target: torch.device) -> int:
+        """The CUDA device index the engine loads straight to, or -1 for host memory (then
+        moved with .to(), e.g. for "meta" or when the engine sees no CUDA device)."""
+        if target.type == "cuda" and _C.cuda_device_count() > 0:
+            return target.index if target.index is not None else 0
+        return -1
 
     def _require_open(self):
         if self._reader is None:
@@ -892,7 +915,8 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         if not todo:
             return
         reader = self._require_open()
-        dev = self._load_device_index()
+        target = self._target_device()
+        dev = self._engine_device(target)
         kwargs = {"verify": bool(verify), "decryption": self._decryption}
         if dev >= 0:
             kwargs["device"] = dev
@@ -903,7 +927,6 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
                 list(todo), readers=self._num_readers or 0, **kwargs
             )
         self._note_timings(loaded)
-        target = self._target_device()
         on_device = dev >= 0
         entries = self._entries
         for pos, idx in enumerate(loaded.indices):
@@ -1215,6 +1238,8 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         opened = self._opened
         if self._reader is not None and opened is not None and opened.source is not None:
             source = opened.source
+        elif self._header_source is not None:
+            source = self._header_source
         elif opened is not None and opened.spec is not None:
             source = _C.Source.open(opened.spec)
         else:
@@ -1230,13 +1255,7 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
             self._headers[i] = _parse_header(raw, self._encrypted_file, long_shape)
 
     def _prefetch_headers(self) -> None:
-        """Before a file that cannot be reopened is closed, keeps the per-tensor header
-        details (module index, stored hashes) that read_tensors and verify_module need."""
-        opened = self._opened
-        if opened is None or opened.source is None or self._reader is None:
-            return
-        if opened.spec is not None:
-            return  # a path or URI is reopened on demand
+        """Reads the header details of every selected tensor while the file is open."""
         with contextlib.suppress(Exception):
             self._ensure_headers(self._selected)
 

@@ -375,6 +375,15 @@ def test_serializer_file_objects(tensors_path):
         s.close()
         assert f.closed
     assert other.read_bytes() == ref.read_bytes()
+    third = tensors_path()
+    fd = os.open(third, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        s = TensorSerializer(fd)  # an int is a file descriptor (2.11.1: AttributeError)
+        s.write_state_dict(sd)
+        s.close()
+    finally:
+        os.close(fd)
+    assert third.read_bytes() == ref.read_bytes()
     with TensorDeserializer(_Unbuffered(ref.read_bytes()), device="cpu") as d:
         assert_same(d["b"], sd["b"])
 
@@ -900,3 +909,44 @@ def test_stream_like_object_with_native_source(tensors_path):
     with TensorDeserializer(s, device="cpu") as d:
         assert torch.equal(d["a"], torch.arange(3))
     assert s.closed
+
+
+@pytest.mark.parametrize("kind", ["stream", "bytesio", "fileobj", "path"])
+def test_module_details_after_eager_close(tensors_path, tiny_model, kind):
+    """Module indices (read_tensors) and stored hashes (verify_module) stay available after
+    the eager constructor closed the file, whatever the source."""
+    from tensorizer import _C
+
+    path = tensors_path()
+    with TensorSerializer(path) as s:
+        s.write_module(tiny_model)
+
+    class Stream:
+        def __init__(self):
+            self._tz_source = _C.Source.open(str(path))
+
+        def close(self):
+            pass
+
+    source = {
+        "stream": Stream,
+        "bytesio": lambda: io.BytesIO(path.read_bytes()),
+        "fileobj": lambda: open(path, "rb"),
+        "path": lambda: str(path),
+    }[kind]()
+    with TensorDeserializer(source, device="cpu") as d:
+        rows = [(i, k, n) for i, k, n, _ in d.read_tensors()]
+        assert rows == [(i, k, n) for i, k, n, _ in expected_module_entries(tiny_model)]
+        assert d.verify_module(tiny_model)[0]
+
+
+def test_safetensors_files(tmp_path):
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    sd = {"a": torch.arange(4.0), "b": torch.ones(2, dtype=torch.bfloat16), "c": torch.tensor([1, 2])}
+    path = tmp_path / "x.safetensors"
+    safetensors_torch.save_file(sd, str(path))
+    for lazy in (False, True):
+        with TensorDeserializer(path, device="cpu", lazy_load=lazy) as d:
+            assert sorted(d.keys()) == ["a", "b", "c"]
+            for k, v in sd.items():
+                assert_same(d[k], v)
