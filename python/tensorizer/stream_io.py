@@ -13,9 +13,8 @@ and signatures):
 * No curl executable is needed. Streams are truly seekable: seeking backwards costs nothing (no new
   process), `SEEK_END` works, reads at the end of the object or of `end` return short / empty results
   like a file instead of raising ``IOError("Requested X != Y")``.
-* HTTP redirects (301, 302, 303, 307, 308) are followed; 2.11.1 refuses them. Any 2xx status line
-  works, not only ``HTTP/1.1 2`` / ``HTTP/2 2``. The server must offer byte ranges
-  (``Accept-Ranges: bytes``).
+* HTTP redirects (301, 302, 303, 307, 308) are followed (2.11.1 refuses them). The server must
+  offer byte ranges (``Accept-Ranges: bytes``); 2.11.1 could stream from one that does not.
 * URLs with spaces or other characters that must be escaped are percent-encoded (curl sent them raw);
   existing ``%XX`` escapes are kept.
 * Redis: keys are sent as binary-safe commands, so tensor names with spaces or quotes (every

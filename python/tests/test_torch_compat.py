@@ -12,7 +12,6 @@ import os
 import pickle
 import subprocess
 import threading
-import warnings
 from pathlib import Path
 
 import pytest
