@@ -37,7 +37,7 @@ result<std::shared_ptr<const crypto::secret_key>> decryption::key_for(const tens
   if (key_) return key_;
   if (!h.crypt || !h.crypt->kdf)
     return crypto_error(source, "tensor '" + h.name + "': a passphrase was given, but the tensor was not encrypted "
-                                "with a passphrase; use a key file instead");
+                                "with a passphrase; open it with its exact key instead (DecryptionParams.from_key, --decrypt-key-file)");
   const auto& k = *h.crypt->kdf;
   if (k.alg != crypto::alg_argon2id13)
     return crypto_error(source, "tensor '" + h.name + "': unsupported pwhash algorithm " + std::to_string(k.alg));

@@ -179,7 +179,8 @@ result<void> tensor_writer::state::write_tensor(const tensor_write& t) {
   if (metadata.size() > python_metadata_bytes) {
     metadata.resize(before);
     names.erase(name);
-    return fail(who + ": metadata overflow (the 256 KiB index is full)");
+    // A limit of the format (FORMAT.md §15), not an I/O failure.
+    return make_error(errc::unsupported, "file " + path + ": " + who + ": metadata overflow (the 256 KiB index is full)");
   }
   // Hashes cover H || plaintext, H = header with zeroed hash values and without the crypt block.
   std::vector<std::byte> prefix(h.bytes.begin(), h.bytes.begin() + static_cast<std::ptrdiff_t>(h.crypt_begin ? h.crypt_begin : h.bytes.size()));

@@ -3,6 +3,8 @@
 
 #include "tz/cuda.hpp"
 
+#include <pybind11/stl.h>
+
 #include <array>
 #include <mutex>
 
@@ -71,7 +73,7 @@ void raise_error(const error& e) {
 cli::remote_options remote_options_from(const pyb::kwargs& kw) {
   static const char* const known[] = {"ca_file",         "insecure",        "connections",   "s3_access_key_id",
                                       "s3_secret_access_key", "s3_session_token", "s3_endpoint", "s3_config_path",
-                                      "s3_region",       "force_http",      "s3_virtual_host"};
+                                      "s3_region",       "force_http",      "s3_virtual_host", "headers"};
   for (auto [key, value] : kw) {
     const auto name = pyb::cast<std::string>(key);
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return name == k; }) == std::end(known))
@@ -87,6 +89,16 @@ cli::remote_options remote_options_from(const pyb::kwargs& kw) {
       o.http.connections = static_cast<std::size_t>(n);
       o.redis.connections = static_cast<std::size_t>(n);
       o.s3.upload_concurrency = static_cast<std::size_t>(n);
+    }
+  }
+  if (kw.contains("headers") && !pyb::object(kw["headers"]).is_none()) {
+    pyb::object h = kw["headers"];
+    if (pyb::isinstance<pyb::dict>(h)) h = h.attr("items")();
+    for (auto item : h) {
+      auto pair = pyb::cast<std::pair<std::string, std::string>>(item);
+      if (pair.first.find_first_of("\r\n:") != std::string::npos || pair.second.find_first_of("\r\n") != std::string::npos)
+        throw pyb::value_error("HTTP header names and values must not contain CR/LF (or ':' in the name)");
+      o.http.headers.push_back(std::move(pair));
     }
   }
   o.s3.http = o.http;

@@ -42,6 +42,8 @@ _FROM_MODULE = {
     "TensorDeserializer": ".serialization",
     "TensorType": ".serialization",
     "CryptographyError": ".serialization",
+    # Not in tensorizer's __all__ (it lives in tensorizer.serialization there), but handy here.
+    "HashMismatchError": ".serialization",
     "FilterFuncType": ".serialization",
     "EncryptionParams": "._crypt",
     "DecryptionParams": "._crypt",
@@ -51,7 +53,7 @@ _SUBMODULES = ("serialization", "stream_io", "torch_compat", "utils", "protobuf"
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these come from __getattr__
     from . import protobuf, serialization, stream_io, tensors_pb2, torch_compat, utils
     from ._crypt import DecryptionParams, EncryptionParams
-    from .serialization import CryptographyError, FilterFuncType, TensorDeserializer, TensorSerializer, TensorType
+    from .serialization import CryptographyError, FilterFuncType, HashMismatchError, TensorDeserializer, TensorSerializer, TensorType
 
 
 def __getattr__(name):

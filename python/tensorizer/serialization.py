@@ -1466,7 +1466,7 @@ class TensorSerializer:
         self._registry.check(path)
         try:
             writer.write(idx, name, kind, dtype_name, shape, data, meta)
-        except OSError as e:
+        except UnsupportedError as e:  # the engine's errc::unsupported for a limit of the format
             if "metadata overflow" in str(e).lower():
                 # tensorizer: RuntimeError("Metadata overflow"); the file stays valid
                 raise RuntimeError(f"Metadata overflow: {e}") from e

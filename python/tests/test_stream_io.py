@@ -407,6 +407,45 @@ def redirector(nginx):
     server.server_close()
 
 
+def test_http_custom_headers_are_sent():
+    """CURLStreamFile(headers=...) adds the headers to every request (HEAD and ranged GETs)."""
+    seen = []
+
+    class Echo(http.server.BaseHTTPRequestHandler):
+        def _reply(self, body):
+            seen.append((self.command, self.headers.get("X-Tensorizer-Test")))
+            self.send_response(206 if self.headers.get("Range") else 200)
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Content-Length", str(len(body)))
+            if self.headers.get("Range"):
+                self.send_header("Content-Range", f"bytes 0-{len(body) - 1}/{len(DATA[:64])}")
+            self.end_headers()
+            return body
+
+        def do_HEAD(self):
+            self._reply(DATA[:64])
+
+        def do_GET(self):
+            self.wfile.write(self._reply(DATA[:64]))
+
+        def log_message(self, *args):
+            pass
+
+    native()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/x.bin"
+        with CURLStreamFile(url, headers={"X-Tensorizer-Test": "yes"}) as f:
+            assert f.read() == DATA[:64]
+        assert seen and all(value == "yes" for _, value in seen), seen
+        assert "GET" in {method for method, _ in seen}
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_http_reads_ranges_and_seeks(nginx):
     with open_stream(nginx["http"] + "/data.bin") as f:
         assert isinstance(f, CURLStreamFile) and f.size() == len(DATA)
