@@ -5,9 +5,11 @@ tensorizer 2.11.1 (the system interpreter, a separate process), by our C++ CLI (
 cache, on the CPU and, when torch sees a GPU, on CUDA.
 
 Each peer runs in its own subprocess (this script re-invoked with --worker under the peer's
-interpreter) so page cache, allocator state and imports are comparable; a subprocess does one
-warm-up load and then --runs timed loads, each into newly allocated memory (the previous result is
-freed first). A load is timed from the call that opens the file until every tensor exists as a
+interpreter). By default every timed load runs in a fresh process, after warm-up loads of a small
+(8 MiB) file that start torch and the loader: that is a replica's first load, into memory no
+allocator has held before. (With --reuse-process a subprocess times --runs loads after one warm-up
+load of the big file; glibc then hands the freed chunks below its mmap threshold - every tensor of
+the sample model - back to the next load, so that measures loads into recycled memory.) A load is timed from the call that opens the file until every tensor exists as a
 torch tensor on the device (CUDA synchronized). The real tensorizer is tried with num_readers
 1,2,4,8 and reported at its best median. After the timed runs each Python peer hashes what it
 loaded (outside the clock); the hashes must agree, else the exit status is 1.
@@ -61,13 +63,41 @@ def _sync(device: str):
         torch.cuda.synchronize()
 
 
-def _time_loads(load, device: str, runs: int, warmup: int, digest: bool):
-    """Calls load() -> dict name -> tensor warmup+runs times; returns per-run seconds and bytes."""
+def pretouch(nbytes: int) -> None:
+    """Writes to nbytes of new anonymous memory and unmaps it again.
+
+    This machine is a KVM guest whose virtio-balloon driver reports freed memory to the host
+    (free page reporting, order 9 = 2 MiB, about 2 s after the free); the host then drops its
+    backing, and the next first touch of those pages costs about 1.7 s per GiB on the host side -
+    whichever program touches them. Which loader meets such pages depends on what ran a few seconds
+    before it. Touching and freeing the memory just before a timed load hands every peer the same
+    kind of memory a bare-metal machine has: new to the process, backed by the host.
+    """
+    import ctypes
+    import mmap
+
+    if nbytes <= 0:
+        return
+    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(m, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
+        m.madvise(mmap.MADV_HUGEPAGE)
+    view = (ctypes.c_char * nbytes).from_buffer(m)
+    ctypes.memset(view, 1, nbytes)
+    del view
+    m.close()
+
+
+def _time_loads(load, device: str, runs: int, warmup: int, digest: bool, warmup_load=None, pretouch_bytes=0):
+    """Calls load() -> dict name -> tensor warmup+runs times; returns per-run seconds and bytes.
+    Warm-up calls use warmup_load when given (a small file: initializes torch and the loader
+    without leaving the allocator holding the big file's memory)."""
     seconds, nbytes, last_digest = [], 0, None
     for i in range(warmup + runs):
         gc.collect()
+        if i >= warmup:
+            pretouch(pretouch_bytes)
         t0 = time.perf_counter()
-        tensors = load()
+        tensors = (warmup_load or load)() if i < warmup else load()
         _sync(device)
         elapsed = time.perf_counter() - t0
         nbytes = sum(t.nbytes for t in tensors.values())
@@ -88,13 +118,17 @@ def worker_tensorizer(args) -> list[dict]:
     for readers in args.readers.split(","):
         num_readers = None if readers == "default" else int(readers)
 
-        def load():
-            d = TensorDeserializer(args.path, device=args.device, num_readers=num_readers)
-            tensors = dict(d.items())
-            d.close()
-            return tensors
+        def make_load(path):
+            def load():
+                d = TensorDeserializer(path, device=args.device, num_readers=num_readers)
+                tensors = dict(d.items())
+                d.close()
+                return tensors
+            return load
 
-        seconds, nbytes, digest = _time_loads(load, args.device, args.runs, args.warmup, args.digest)
+        seconds, nbytes, digest = _time_loads(make_load(args.path), args.device, args.runs, args.warmup, args.digest,
+                                              make_load(args.warmup_path) if args.warmup_path else None,
+                                              args.pretouch)
         results.append({
             "how": f"TensorDeserializer(num_readers={readers})",
             "version": getattr(tensorizer, "__version__", "?"),
@@ -107,18 +141,22 @@ def worker_safetensors(args) -> list[dict]:
     import safetensors
     from safetensors.torch import load_file
 
-    modes = []
-    if args.device == "cpu":
-        # load_file's default backend maps the file lazily (no bytes read): copy them (clone), or
-        # read them with the pread backend.
-        modes.append(('load_file(backend="pread")', lambda: load_file(args.path, device="cpu", backend="pread")))
-        modes.append(("load_file (mmap) + clone",
-                      lambda: {k: v.clone() for k, v in load_file(args.path, device="cpu").items()}))
-    else:
-        modes.append((f'load_file(device="{args.device}")', lambda: load_file(args.path, device=args.device)))
+    def modes_for(path):
+        if args.device == "cpu":
+            # load_file's default backend maps the file lazily (no bytes read): copy them (clone), or
+            # read them with the pread backend.
+            return [('load_file(backend="pread")', lambda: load_file(path, device="cpu", backend="pread")),
+                    ("load_file (mmap) + clone", lambda: {k: v.clone() for k, v in load_file(path, device="cpu").items()})]
+        return [(f'load_file(device="{args.device}")', lambda: load_file(path, device=args.device))]
+
+    modes = modes_for(args.path)
+    warm = modes_for(args.warmup_path) if args.warmup_path else [(how, None) for how, _ in modes]
     results = []
-    for how, load in modes:
-        seconds, nbytes, digest = _time_loads(load, args.device, args.runs, args.warmup, args.digest)
+    for i, ((how, load), (_, warmup_load)) in enumerate(zip(modes, warm)):
+        if args.only is not None and i != args.only:
+            continue
+        seconds, nbytes, digest = _time_loads(load, args.device, args.runs, args.warmup, args.digest, warmup_load,
+                                              args.pretouch)
         results.append({"how": how, "version": safetensors.__version__, "seconds": seconds,
                         "bytes": nbytes, "digest": digest})
     return results
@@ -172,6 +210,9 @@ def worker_main(argv):
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds of all peers, interleaved; medians are over all rounds' runs (default 3)")
     ap.add_argument("--readers", default="default")
+    ap.add_argument("--warmup-path", default=None, help="file for the warm-up loads (default: --path)")
+    ap.add_argument("--only", type=int, default=None, help="safetensors: run only this mode")
+    ap.add_argument("--pretouch", type=int, default=0, help="bytes to touch and free before each timed load")
     ap.add_argument("--digest", action="store_true")
     args = ap.parse_args(argv)
     print("RESULT " + json.dumps(WORKERS[args.worker](args)), flush=True)
@@ -185,9 +226,9 @@ def run_worker(python: str, kind: str, timeout: float, **kwargs) -> list[dict]:
     cmd = [python, str(Path(__file__).resolve()), "--worker", kind]
     for k, v in kwargs.items():
         if v is True:
-            cmd.append(f"--{k}")
+            cmd.append(f"--{k.replace('_', '-')}")
         elif v not in (None, False):
-            cmd += [f"--{k}", str(v)]
+            cmd += [f"--{k.replace('_', '-')}", str(v)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd="/")
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
@@ -195,10 +236,12 @@ def run_worker(python: str, kind: str, timeout: float, **kwargs) -> list[dict]:
     raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
-def run_cli(cli: str, path: str, device: str, runs: int, warmup: int, timeout: float) -> dict:
+def run_cli(cli: str, path: str, device: str, runs: int, warmup: int, timeout: float, pretouch_bytes: int = 0) -> dict:
     cmd = [cli, "load", path, "--json"] + (["--device", device] if device != "cpu" else [])
     seconds, nbytes = [], 0
     for i in range(warmup + runs):
+        if i >= warmup:
+            pretouch(pretouch_bytes)  # the CLI starts in milliseconds: well inside the ~2 s window
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
@@ -257,6 +300,10 @@ def main(argv=None):
     ap.add_argument("--real-python", default=None, help="default: the venv's base interpreter")
     ap.add_argument("--cli", default=str(REPO / "build" / "bin" / "tensorizer"))
     ap.add_argument("--workdir", default=None, help="where the generated files go (default: a temp dir)")
+    ap.add_argument("--reuse-process", action="store_true",
+                    help="time --runs loads per process (default: one timed load per fresh process)")
+    ap.add_argument("--no-pretouch", action="store_true",
+                    help="do not touch and free memory before each timed load (see pretouch())")
     ap.add_argument("--no-check", action="store_true", help="skip the cross-peer content hash check")
     ap.add_argument("--json", dest="json_out", help="also write all results as JSON here")
     ap.add_argument("--self-test", action="store_true",
@@ -293,6 +340,14 @@ def main(argv=None):
         if not os.path.exists(path):
             subprocess.run([cli, "synth", path, "--size-mib", str(args.size)], check=True,
                            stdout=subprocess.DEVNULL, timeout=timeout)
+    # The warm-up file of the fresh-process mode: small, same code paths.
+    small_dir = Path(tempfile.mkdtemp(prefix="tz-pybench-warmup-"))
+    small, small_st = str(small_dir / "warmup.tensors"), str(small_dir / "warmup.safetensors")
+    if cli:
+        subprocess.run([cli, "synth", small, "--size-mib", "8"], check=True, stdout=subprocess.DEVNULL, timeout=timeout)
+        subprocess.run([cli, "convert", small, small_st], check=True, stdout=subprocess.DEVNULL, timeout=timeout)
+    else:
+        args.reuse_process = True
     st_path = os.path.splitext(path)[0] + ".safetensors"
     if not os.path.exists(st_path):
         if cli:
@@ -306,6 +361,7 @@ def main(argv=None):
     elif args.devices == "auto" and ours_probe.get("cuda"):
         devices.append("cuda")
 
+    touch = 0 if args.no_pretouch or args.reuse_process else int(os.path.getsize(path) * 1.25)
     raw = {}  # (device, peer, how) -> result with the seconds of every round
     notes = []
 
@@ -330,22 +386,50 @@ def main(argv=None):
                 dev_arg = "cuda:0" if device == "cuda" else "cpu"
                 common = dict(device=dev_arg, runs=args.runs, warmup=args.warmup, digest=digest)
 
-                warm_page_cache(path)
-                add(device, "ours (Python)", run_worker(str(ours_python), "tensorizer", timeout, path=path,
-                                                        readers=args.ours_readers, **common))
-                if cli:
+                if args.reuse_process:
+                    # Several loads per process: after the first, allocators may hand back the
+                    # previous load's memory (glibc keeps freed chunks below its mmap threshold).
                     warm_page_cache(path)
-                    add(device, "our C++ CLI", [run_cli(cli, path, dev_arg, args.runs, args.warmup, timeout)])
-                if real_ok and (device == "cpu" or real_probe.get("cuda")):
-                    warm_page_cache(path)
-                    add(device, "real tensorizer", run_worker(real_python, "tensorizer", timeout, path=path,
-                                                              readers=args.real_readers, **common))
-                warm_page_cache(st_path)
-                try:
-                    add(device, "safetensors", run_worker(st_python, "safetensors", timeout, path=st_path, **common))
-                except RuntimeError as e:
-                    notes.append(f"safetensors failed: {e}")
+                    add(device, "ours (Python)", run_worker(str(ours_python), "tensorizer", timeout, path=path,
+                                                            readers=args.ours_readers, **common))
+                    if cli:
+                        warm_page_cache(path)
+                        add(device, "our C++ CLI", [run_cli(cli, path, dev_arg, args.runs, args.warmup, timeout)])
+                    if real_ok and (device == "cpu" or real_probe.get("cuda")):
+                        warm_page_cache(path)
+                        add(device, "real tensorizer", run_worker(real_python, "tensorizer", timeout, path=path,
+                                                                  readers=args.real_readers, **common))
+                    warm_page_cache(st_path)
+                    try:
+                        add(device, "safetensors", run_worker(st_python, "safetensors", timeout, path=st_path, **common))
+                    except RuntimeError as e:
+                        notes.append(f"safetensors failed: {e}")
+                    continue
+                # Fresh memory for real: one timed load per process, after warm-up loads of a small
+                # file (imports, torch and loader start-up are not timed; no big chunk is cached).
+                once = dict(common, runs=1, pretouch=touch)
+                for _run in range(args.runs):
+                    for readers in args.ours_readers.split(","):
+                        warm_page_cache(path)
+                        add(device, "ours (Python)", run_worker(str(ours_python), "tensorizer", timeout, path=path,
+                                                                readers=readers, warmup_path=small, **once))
+                    if cli:
+                        warm_page_cache(path)
+                        add(device, "our C++ CLI", [run_cli(cli, path, dev_arg, 1, 0, timeout, touch)])
+                    if real_ok and (device == "cpu" or real_probe.get("cuda")):
+                        for readers in args.real_readers.split(","):
+                            warm_page_cache(path)
+                            add(device, "real tensorizer", run_worker(real_python, "tensorizer", timeout, path=path,
+                                                                      readers=readers, warmup_path=small, **once))
+                    for mode in range(2 if device == "cpu" else 1):
+                        warm_page_cache(st_path)
+                        try:
+                            add(device, "safetensors", run_worker(st_python, "safetensors", timeout, path=st_path,
+                                                                  warmup_path=small_st, only=mode, **once))
+                        except RuntimeError as e:
+                            notes.append(f"safetensors failed: {e}")
     finally:
+        shutil.rmtree(small_dir, ignore_errors=True)
         if tmp is not None and not args.workdir:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -358,8 +442,10 @@ def main(argv=None):
     # Report
     size_gb = rows[0][2]["bytes"] / 1e9 if rows else 0
     print(f"\nPython load benchmark: {size_gb:.3f} GB of tensor data ({os.path.basename(path)}), "
-          f"warm page cache, fresh memory; median of {args.rounds} round(s) x {args.runs} runs, each subprocess "
-          f"after {args.warmup} warm-up load(s); "
+          f"warm page cache; median of {args.rounds} round(s) x {args.runs} runs; "
+          + ("several loads per process (recycled memory) after " if args.reuse_process else
+             ("one timed load per fresh process (fresh memory" + (", pre-touched" if touch else "") + ") after "))
+          + f"{args.warmup} warm-up load(s); "
           f"{os.cpu_count()} CPUs\n")
     print("| device | peer | how | median GB/s | median s | range GB/s |")
     print("| --- | --- | --- | ---: | ---: | --- |")

@@ -34,6 +34,9 @@ phase "python package: build and install into build/venv"
 TZ_VENV="$build_dir/venv" PYTHON="$python" scripts/python_build.sh
 phase "python tests"
 "$build_dir/venv/bin/python" -m pytest python/tests -q -p no:cacheprovider
+phase "python benchmark (smoke)"
+"$build_dir/venv/bin/python" bench/python_load_bench.py --smoke --cli "$build_dir/bin/tensorizer" \
+  --ours-python "$build_dir/venv/bin/python"
 if [ -n "${TZ_SANITIZE_PASS:-}" ]; then
   configure_build_test "$build_dir-$TZ_SANITIZE_PASS" -DTZ_SANITIZE="$TZ_SANITIZE_PASS" -DTZ_BUILD_BENCH=OFF
 fi
