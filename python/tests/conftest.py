@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 
-REAL_PYTHON = os.environ.get("TZ_REAL_PYTHON", "/root/.pyenv/versions/3.11.7/bin/python3")
+from realpeer import REAL_PYTHON  # noqa: E402  (the interpreter that imports the real tensorizer)
 VECTORS_DIR = pathlib.Path(os.environ.get("TZ_VECTORS", "/work/shared/vectors"))
 
 # Executed both here and in the real-tensorizer subprocess: the same modules, names and values.

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from realpeer import run_real as _run_real
 
 pytest.importorskip("google.protobuf")
 
@@ -16,26 +17,17 @@ import tensorizer  # noqa: E402
 from tensorizer import protobuf as tpb  # noqa: E402
 from tensorizer import tensors_pb2  # noqa: E402
 
-REAL_PYTHON = os.environ.get("TZ_REAL_PYTHON", "/root/.pyenv/versions/3.11.7/bin/python3")  # tensorizer 2.11.1
 # The real tensorizer must not see our package: no PYTHONPATH / venv, no user site, run from "/".
-REAL_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-REAL_GUARD = "import tensorizer as _t; assert _t.__version__.startswith('2.'), _t.__file__\n"
 PROTO = Path(tensorizer.__file__).with_name("tensors.proto")
 
 ALL_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex32, torch.complex64,
               torch.complex128, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool]
 
 
+
+
 def run_real(code: str, stdin: bytes = b"") -> bytes:
-    try:
-        out = subprocess.run([REAL_PYTHON, "-s", "-c", REAL_GUARD + code], input=stdin, capture_output=True,
-                             env=REAL_ENV, timeout=300, cwd="/")
-    except FileNotFoundError:
-        pytest.skip(f"{REAL_PYTHON} not found")
-    if out.returncode != 0 and b"No module named 'tensorizer'" in out.stderr:
-        pytest.skip("the real tensorizer is not installed for the system interpreter")
-    assert out.returncode == 0, out.stderr.decode()
-    return out.stdout
+    return _run_real(code, stdin=stdin, text=False)
 
 
 def real_tensorizer_dir() -> Path:

@@ -15,27 +15,15 @@ import threading
 from pathlib import Path
 
 import pytest
+from realpeer import run_real
 import torch
 
 from tensorizer import torch_compat
 from tensorizer.torch_compat import tensorizer_loading, tensorizer_saving
 
-REAL_PYTHON = os.environ.get("TZ_REAL_PYTHON", "/root/.pyenv/versions/3.11.7/bin/python3")  # tensorizer 2.11.1
 # The real tensorizer must not see our package: no PYTHONPATH / venv, no user site, run from "/".
-REAL_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-REAL_GUARD = "import tensorizer as _t; assert _t.__version__.startswith('2.'), _t.__file__\n"
 
 
-def run_real(code: str, *args: str) -> str:
-    try:
-        out = subprocess.run([REAL_PYTHON, "-s", "-c", REAL_GUARD + code, *args], capture_output=True, text=True,
-                             env=REAL_ENV, timeout=600, cwd="/")
-    except FileNotFoundError:
-        pytest.skip(f"{REAL_PYTHON} not found")
-    if out.returncode != 0 and "No module named 'tensorizer'" in out.stderr:
-        pytest.skip("the real tensorizer is not installed for the system interpreter")
-    assert out.returncode == 0, out.stderr
-    return out.stdout
 
 
 def native():

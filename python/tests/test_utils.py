@@ -9,6 +9,7 @@ import sys
 import threading
 
 import pytest
+from realpeer import run_real
 import torch
 
 from tensorizer import utils
@@ -24,25 +25,11 @@ from tensorizer.utils import (
     no_init_or_tensor,
 )
 
-REAL_PYTHON = os.environ.get("TZ_REAL_PYTHON", "/root/.pyenv/versions/3.11.7/bin/python3")  # tensorizer 2.11.1
 # The real tensorizer must not see our package: no PYTHONPATH / venv, no user site, run from "/".
-REAL_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-REAL_GUARD = "import tensorizer as _t; assert _t.__version__.startswith('2.'), _t.__file__\n"
 SIZES = [0, 1, 999, 1000, 1023, 1024, 1500, 999_999, 10**6, 1 << 20, 1 << 30, 10**15, 999 * 10**15, 10**18,
          1 << 50, 1 << 60, 123456789012, 0.5]
 
 
-def run_real(code: str) -> str:
-    """Runs code under the system interpreter (real tensorizer); skips when that is unavailable."""
-    try:
-        out = subprocess.run([REAL_PYTHON, "-s", "-c", REAL_GUARD + code], capture_output=True, text=True,
-                             env=REAL_ENV, timeout=300, cwd="/")
-    except FileNotFoundError:
-        pytest.skip(f"{REAL_PYTHON} not found")
-    if out.returncode != 0 and "No module named 'tensorizer'" in out.stderr:
-        pytest.skip("the real tensorizer is not installed for the system interpreter")
-    assert out.returncode == 0, out.stderr
-    return out.stdout
 
 
 def test_convert_bytes_examples_from_the_spec():
