@@ -314,7 +314,10 @@ def main(argv=None):
     timeout = 120 if args.smoke else 1800
     digest = not args.no_check
 
-    ours_python = Path(args.ours_python)
+    # Absolute but not resolved: the venv's python is a symlink to the base interpreter, and only
+    # the venv path imports our package. Workers run with cwd=/.
+    ours_python = Path(os.path.abspath(args.ours_python))
+    args.cli = os.path.abspath(args.cli)
     if not ours_python.exists():
         print(f"SKIP: {ours_python} does not exist (run scripts/python_build.sh)")
         return SKIP
