@@ -302,6 +302,8 @@ def main(argv=None):
     ap.add_argument("--workdir", default=None, help="where the generated files go (default: a temp dir)")
     ap.add_argument("--reuse-process", action="store_true",
                     help="time --runs loads per process (default: one timed load per fresh process)")
+    ap.add_argument("--peers", default="ours,cli,real,safetensors",
+                    help="which peers to run (comma-separated subset of the default)")
     ap.add_argument("--no-pretouch", action="store_true",
                     help="do not touch and free memory before each timed load (see pretouch())")
     ap.add_argument("--no-check", action="store_true", help="skip the cross-peer content hash check")
@@ -326,9 +328,11 @@ def main(argv=None):
         print(f"SKIP: {ours_python} does not import our tensorizer: {ours_probe}")
         return SKIP
     real_python = args.real_python or venv_base_python(ours_python)
-    real_probe = run_worker(real_python, "probe", timeout)[0] if real_python else {}
-    real_ok = bool(real_probe.get("tensorizer_file")) and not real_probe.get("ours")
+    peers = set(args.peers.split(","))
+    real_probe = run_worker(real_python, "probe", timeout)[0] if real_python and "real" in peers else {}
+    real_ok = "real" in peers and bool(real_probe.get("tensorizer_file")) and not real_probe.get("ours")
     cli = args.cli if Path(args.cli).exists() else None
+    run_cli_peer = cli is not None and "cli" in peers
 
     tmp = None
     if args.file:
@@ -379,7 +383,8 @@ def main(argv=None):
 
     st_python = real_python if real_probe.get("safetensors") else str(ours_python)
     if not real_ok:
-        notes.append(f"real tensorizer unavailable ({real_python}: {real_probe})")
+        notes.append("real tensorizer not run" if "real" not in peers else
+                     f"real tensorizer unavailable ({real_python}: {real_probe})")
     if not cli:
         notes.append(f"C++ CLI not found at {args.cli}")
     try:
@@ -395,18 +400,20 @@ def main(argv=None):
                     warm_page_cache(path)
                     add(device, "ours (Python)", run_worker(str(ours_python), "tensorizer", timeout, path=path,
                                                             readers=args.ours_readers, **common))
-                    if cli:
+                    if run_cli_peer:
                         warm_page_cache(path)
                         add(device, "our C++ CLI", [run_cli(cli, path, dev_arg, args.runs, args.warmup, timeout)])
                     if real_ok and (device == "cpu" or real_probe.get("cuda")):
                         warm_page_cache(path)
                         add(device, "real tensorizer", run_worker(real_python, "tensorizer", timeout, path=path,
                                                                   readers=args.real_readers, **common))
-                    warm_page_cache(st_path)
-                    try:
-                        add(device, "safetensors", run_worker(st_python, "safetensors", timeout, path=st_path, **common))
-                    except RuntimeError as e:
-                        notes.append(f"safetensors failed: {e}")
+                    if "safetensors" in peers:
+                        warm_page_cache(st_path)
+                        try:
+                            add(device, "safetensors", run_worker(st_python, "safetensors", timeout, path=st_path,
+                                                                  **common))
+                        except RuntimeError as e:
+                            notes.append(f"safetensors failed: {e}")
                     continue
                 # Fresh memory for real: one timed load per process, after warm-up loads of a small
                 # file (imports, torch and loader start-up are not timed; no big chunk is cached).
@@ -416,7 +423,7 @@ def main(argv=None):
                         warm_page_cache(path)
                         add(device, "ours (Python)", run_worker(str(ours_python), "tensorizer", timeout, path=path,
                                                                 readers=readers, warmup_path=small, **once))
-                    if cli:
+                    if run_cli_peer:
                         warm_page_cache(path)
                         add(device, "our C++ CLI", [run_cli(cli, path, dev_arg, 1, 0, timeout, touch)])
                     if real_ok and (device == "cpu" or real_probe.get("cuda")):
@@ -424,7 +431,7 @@ def main(argv=None):
                             warm_page_cache(path)
                             add(device, "real tensorizer", run_worker(real_python, "tensorizer", timeout, path=path,
                                                                       readers=readers, warmup_path=small, **once))
-                    for mode in range(2 if device == "cpu" else 1):
+                    for mode in range((2 if device == "cpu" else 1) if "safetensors" in peers else 0):
                         warm_page_cache(st_path)
                         try:
                             add(device, "safetensors", run_worker(st_python, "safetensors", timeout, path=st_path,
