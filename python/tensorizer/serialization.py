@@ -43,6 +43,7 @@ import shutil
 import stat
 import struct
 import tempfile
+import threading
 import types
 import typing
 import zlib
@@ -944,6 +945,7 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
             self._bytes_read += entry.data_offset + entry.data_length - entry.header_offset
 
     def _note_timings(self, loaded) -> None:
+        _record_perf_stats(loaded)
         with contextlib.suppress(Exception):
             for k, v in loaded.timings.items():
                 self._timings[k] = self._timings.get(k, 0.0) + float(v)
@@ -1599,5 +1601,37 @@ class TensorSerializer:
                 self.close()
 
 
+# TENSORIZER_ENABLE_PERF_STATS (any non-empty value, read at import as tensorizer does): every load
+# adds the engine's per-stage timings here. The keys of tensorizer 2.11.1 come first; the engine's
+# other stages follow (seconds summed over loads; verify/decrypt are summed over worker threads).
+_enable_perf_stats: bool = bool(os.environ.get("TENSORIZER_ENABLE_PERF_STATS"))
+_perf_stats: Optional[Dict[str, float]] = (
+    dict.fromkeys(("tensor_to_device_secs", "tensor_to_device_bytes", "file_readinto_secs", "file_readinto_bytes",
+                   "verify_secs", "decrypt_secs", "load_secs", "loads"), 0)
+    if _enable_perf_stats else None
+)
+_perf_stats_lock = threading.Lock()
+
+
+def _record_perf_stats(loaded) -> None:
+    if _perf_stats is None:
+        return
+    t = loaded.timings
+    with _perf_stats_lock:
+        _perf_stats["file_readinto_secs"] += t.get("read_s", 0.0)
+        _perf_stats["file_readinto_bytes"] += loaded.bytes
+        if loaded.device >= 0:
+            _perf_stats["tensor_to_device_secs"] += t.get("h2d_wait_s", 0.0)
+            _perf_stats["tensor_to_device_bytes"] += loaded.bytes
+        _perf_stats["verify_secs"] += t.get("verify_s", 0.0)
+        _perf_stats["decrypt_secs"] += t.get("decrypt_s", 0.0)
+        _perf_stats["load_secs"] += t.get("total_s", 0.0)
+        _perf_stats["loads"] += 1
+
+
 def _get_perf_stats():
-    raise RuntimeError("Performance stats are not enabled")
+    """The accumulated load timings (TENSORIZER_ENABLE_PERF_STATS); RuntimeError when disabled."""
+    if _perf_stats is None:
+        raise RuntimeError("Performance stats are not enabled")
+    with _perf_stats_lock:
+        return dict(_perf_stats)

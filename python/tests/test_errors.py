@@ -258,3 +258,29 @@ def test_os_errors_are_oserrors(tmp_path):
         os.chmod(locked, 0)
         with pytest.raises(PermissionError):
             TensorDeserializer(locked, device="cpu")
+
+
+def test_perf_stats_follow_the_environment_variable(tmp_path):
+    """TENSORIZER_ENABLE_PERF_STATS turns on _get_perf_stats (tensorizer's keys + the engine's stages)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "p.tensors"
+    with TensorSerializer(str(path)) as s:
+        s.write_tensor(0, "w", TensorType.PARAM, torch.ones(1 << 20))
+    code = (
+        "import sys, tensorizer.serialization as S\n"
+        "from tensorizer import TensorDeserializer\n"
+        "TensorDeserializer(sys.argv[1], device='cpu', verify_hash=True).close()\n"
+        "try:\n    st = S._get_perf_stats()\nexcept RuntimeError as e:\n    print('disabled', e); sys.exit(0)\n"
+        "assert st['file_readinto_bytes'] == 4 << 20, st\n"
+        "assert st['loads'] == 1 and st['file_readinto_secs'] > 0 and st['verify_secs'] > 0, st\n"
+        "assert st['tensor_to_device_bytes'] == 0, st\n"
+        "print('enabled')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TENSORIZER_ENABLE_PERF_STATS"}
+    off = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env)
+    on = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                        env={**env, "TENSORIZER_ENABLE_PERF_STATS": "1"})
+    assert off.returncode == 0 and off.stdout.startswith("disabled Performance stats are not enabled"), off.stderr
+    assert on.returncode == 0 and on.stdout.strip() == "enabled", on.stderr
