@@ -6,9 +6,9 @@
 #include "tz/format/writer.hpp"
 #include "tz/host_memory.hpp"
 #include "tz/loader.hpp"
+#include "pretouch.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -106,20 +106,6 @@ void drop_cache(const std::string& path) {
   ::close(fd);
 }
 
-// Writes to `bytes` of new anonymous memory and frees it again, just before a fresh-memory run.
-// This machine is a KVM guest whose virtio-balloon driver reports freed memory to the host (free
-// page reporting, 2 MiB blocks, ~2 s after the free); the host drops the backing and the next
-// first touch costs ~1.7 s per GiB there, for whichever run meets those pages. Touching first
-// gives every fresh-memory run (raw and engine alike) what a bare-metal host has: memory new to
-// the process but backed.
-void pretouch(std::uint64_t bytes) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return;
-  ::madvise(p, bytes, MADV_HUGEPAGE);
-  std::memset(p, 1, bytes);
-  ::munmap(p, bytes);
-}
-
 struct result_row {
   std::string name;
   double gbps = 0;
@@ -190,7 +176,7 @@ int main(int argc, char** argv) {
   // Raw references, warm.
   double raw_fresh = 0, raw_existing = 0;
   const std::uint64_t touch_bytes = file_bytes + file_bytes / 4;
-  auto touch = [&] { pretouch(touch_bytes); };
+  auto touch = [&] { tz::bench::pretouch(touch_bytes); };  // see pretouch.hpp
   for (unsigned t : {1u, cores}) {
     double f = measure(a.runs, touch, [&] {
       tz::host_buffer b(file_bytes);
