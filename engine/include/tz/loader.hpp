@@ -64,7 +64,8 @@ struct load_options {
   std::uint64_t range_bytes = 0;
   // Check each tensor's stored CRC32 / SHA-256 (.tensors only) on the workers, overlapped with reads.
   bool verify = false;
-  // Pre-fault loader-owned memory (on the reading worker, just before each read).
+  // Pre-fault loader-owned memory that is not backed by huge pages (on the reading worker, just
+  // before each read). With huge_pages the pages fault inside the copy, which is faster.
   bool prefault = true;
   // Back loader-owned memory with transparent huge pages (see host_buffer): far fewer faults.
   bool huge_pages = true;
