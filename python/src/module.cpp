@@ -5,6 +5,8 @@
 
 #include <pybind11/stl.h>
 
+#include <pthread.h>
+
 #include <array>
 #include <mutex>
 
@@ -56,7 +58,18 @@ bool opt_bool(const pyb::kwargs& kw, const char* name) {
 
 }  // namespace
 
+// A forked child (multiprocessing, DataLoader workers) has none of the parent's worker threads:
+// it must never reuse the parent's scheduler. The child forgets it (the object is leaked there:
+// destroying it would join threads that do not exist) and starts its own on first use. Objects
+// opened before the fork stay bound to the parent's scheduler and must not be used in the child.
+void forget_scheduler_in_child() noexcept {
+  new (&scheduler_mutex) std::mutex();  // it may have been held by another thread at fork time
+  new (&scheduler_cache) std::weak_ptr<scheduler>();
+}
+
 std::shared_ptr<scheduler> shared_scheduler() {
+  static const bool registered = [] { return ::pthread_atfork(nullptr, nullptr, &forget_scheduler_in_child) == 0; }();
+  (void)registered;
   std::lock_guard lock(scheduler_mutex);
   if (auto s = scheduler_cache.lock()) return s;
   auto s = std::make_shared<scheduler>();

@@ -125,3 +125,38 @@ def test_no_leaks_over_1000_open_close_cycles(tmp_path) -> None:
     grown = _rss_bytes() - rss
     # 1,000 cycles x 512 KiB loaded = 500 MiB passed through; a leak of even one load per cycle shows.
     assert grown < 32 << 20, f"resident set grew by {grown / 2**20:.1f} MiB over 1,000 cycles"
+
+
+def test_a_forked_child_loads_with_its_own_workers(tmp_path) -> None:
+    """After a fork (multiprocessing, DataLoader workers) the child has none of the parent's engine
+    threads; its loads must start their own instead of waiting forever on the parent's."""
+    path = str(tmp_path / "fork.tensors")
+    _write_model(path, tensors=4, elements=1 << 16)
+    with TensorDeserializer(path, device="cpu") as d:  # the parent's scheduler exists now
+        expected = {k: v.detach().clone() for k, v in d.items()}
+        keep_alive = _C.Reader(_C.Source.open(path))  # and stays alive across the fork
+        pid = os.fork()
+        if pid == 0:  # child: exit status 0 only when the load worked and matched
+            code = 1
+            try:
+                # As DataLoader workers do: torch's OpenMP pool does not survive a fork.
+                torch.set_num_threads(1)
+                with TensorDeserializer(path, device="cpu", verify_hash=True) as c:
+                    same = all((c[k].detach().numpy() == v.numpy()).all() for k, v in expected.items())
+                    code = 0 if same else 2
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 60
+        status = None
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's load hung")
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert len(keep_alive.entries) == 4  # the parent's objects still work
+        assert len(keep_alive.load()) == 4
