@@ -110,6 +110,17 @@ pyb::dict timings_dict(const load_timings& t) {
   return d;
 }
 
+// Runs a blocking engine call; an exception escaping it (a broken invariant, bad_alloc) becomes an
+// errc::io error naming the file instead of unwinding through Python.
+template <class F>
+auto guarded(const reader_handle& r, F&& call) -> decltype(call()) {
+  try {
+    return call();
+  } catch (const std::exception& e) {
+    return make_error(errc::io, r.name + ": " + e.what());
+  }
+}
+
 std::shared_ptr<loaded_handle> load_host(reader_handle& r, std::vector<std::size_t> which, bool verify, unsigned readers,
                                          const std::shared_ptr<decryption_keys>& keys, bool one) {
   load_options o;
@@ -120,14 +131,10 @@ std::shared_ptr<loaded_handle> load_host(reader_handle& r, std::vector<std::size
   h->sched = r.sched;
   {
     pyb::gil_scoped_release release;
-    result<loaded_tensors> loaded = make_error(errc::io, "");
-    try {
-      loaded = one ? run(*r.sched, r.opened->async_load_tensor(*r.sched, which.front(), o))
-                   : r.opened->load(*r.sched, which, o);
-    } catch (const std::exception& e) {
-      loaded = make_error(errc::io, r.name + ": " + e.what());
-    }
-    h->host = std::make_shared<loaded_tensors>(take(std::move(loaded)));
+    h->host = std::make_shared<loaded_tensors>(take(guarded(r, [&] {
+      return one ? run(*r.sched, r.opened->async_load_tensor(*r.sched, which.front(), o))
+                 : r.opened->load(*r.sched, which, o);
+    })));
   }
   if (one) {
     h->indices = which;
@@ -152,13 +159,8 @@ std::shared_ptr<loaded_handle> load_device(reader_handle& r, std::vector<std::si
   h->sched = r.sched;
   pyb::gil_scoped_release release;
   auto up = take(cuda::uploader::create(device));
-  result<device_tensors> loaded = make_error(errc::io, "");
-  try {
-    loaded = load_to_device(*r.sched, up, *r.opened, r.source->source, which, o);
-  } catch (const std::exception& e) {
-    loaded = make_error(errc::io, r.name + ": " + e.what());
-  }
-  h->device = std::make_shared<device_tensors>(take(std::move(loaded)));
+  h->device = std::make_shared<device_tensors>(
+      take(guarded(r, [&] { return load_to_device(*r.sched, up, *r.opened, r.source->source, which, o); })));
   if (which.empty()) {
     which.resize(h->device->size());
     for (std::size_t i = 0; i < which.size(); ++i) which[i] = i;
