@@ -54,12 +54,29 @@ http {
 CONF
     "$NGINX" -t -q -e stderr -p "$P" -c nginx.conf > "$P/logs/configtest.log" 2>&1 ||
       { cat "$P/logs/configtest.log" >&2; exit 1; }
-    "$NGINX" -e stderr -p "$P" -c nginx.conf > "$P/logs/stdout.log" 2>&1 < /dev/null &
-    echo $! > "$P/nginx.pid"; echo $HTTP > "$P/port"
-    for _ in $(seq 1 200); do
-      (exec 3<>"/dev/tcp/127.0.0.1/$HTTP") 2>/dev/null && exit 0
-      kill -0 "$(cat "$P/nginx.pid")" 2>/dev/null || break; sleep 0.05
+    # Up to 3 attempts (an nginx that exits at once, e.g. a port briefly taken, is started again),
+    # each waiting up to 30 s for the port (slow under a loaded machine). Output is appended, so
+    # every attempt's messages are kept in stdout.log and shown on failure.
+    : > "$P/logs/stdout.log"
+    for attempt in 1 2 3; do
+      echo "== attempt $attempt $(date -u +%T)" >> "$P/logs/stdout.log"
+      "$NGINX" -e stderr -p "$P" -c nginx.conf >> "$P/logs/stdout.log" 2>&1 < /dev/null &
+      echo $! > "$P/nginx.pid"; echo $HTTP > "$P/port"
+      for _ in $(seq 1 600); do
+        # The port answers, and it is ours: nginx reported no [emerg] (a failed bind is reported
+        # at once while nginx retries it, and whatever holds the port would still answer).
+        if (exec 3<>"/dev/tcp/127.0.0.1/$HTTP") 2>/dev/null; then
+          sleep 0.2
+          if ! sed -n "/^== attempt $attempt /,\$p" "$P/logs/stdout.log" | grep -q "\[emerg\]"; then exit 0; fi
+          kill "$(cat "$P/nginx.pid")" 2>/dev/null || true; wait "$(cat "$P/nginx.pid")" 2>/dev/null || true; break
+        fi
+        kill -0 "$(cat "$P/nginx.pid")" 2>/dev/null || break; sleep 0.05
+      done
+      kill -0 "$(cat "$P/nginx.pid")" 2>/dev/null && break   # alive but never listening: give up
+      sleep 0.5
     done
-    echo "nginx did not come up, see $P/logs" >&2; cat "$P/logs/stdout.log" >&2; exit 1 ;;
+    echo "nginx did not come up, see $P/logs" >&2; cat "$P/logs/stdout.log" >&2
+    "$0" stop "$D" "$BASE" || true
+    exit 1 ;;
   *) echo "unknown command $cmd" >&2; exit 2 ;;
 esac
