@@ -6,7 +6,9 @@
 // side's own limit (page-cache copy bandwidth, or the disk when cold). Warm loads run both ways:
 // through the staging ring, and direct from the page cache (chunks of the mapped file pinned in
 // place, read-only, and copied from there); a third reference times pinning and unpinning those
-// chunks alone, with no copy.
+// chunks alone, with no copy. --references adds the host side's limits with DMA running: the
+// same reads (pread, or a populated mapping and memcpy) while pinned copies of another buffer go
+// to the device, which shows how much each slows the other on this host's memory.
 // Without --file it writes a synthetic .tensors file. Exits 77 without a GPU.
 #include "tz/device_load.hpp"
 #include "tz/file_source.hpp"
@@ -22,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -45,6 +48,7 @@ struct options {
   bool cold = true;
   bool verify = false;
   bool keep = false;         // keep the synthetic file (reuse it with --file)
+  bool references = false;   // the extra host-side references (reads under DMA, mmap copies)
   bool async_punt = false;   // file_options::async_punt for the warm runs
   bool ring_path = true;     // warm loads through the staging ring
   bool direct_path = true;   // warm loads direct from the page cache
@@ -58,7 +62,7 @@ struct options {
   std::fprintf(stderr,
                "usage: gpu_load_bench [--smoke] [--file F] [--size-mib N] [--slots N] [--slot-mib N] [--readers N]\n"
                "                      [--threads N] [--streams N] [--runs N] [--device cuda:N] [--no-cold] [--verify]\n"
-               "                      [--keep] [--async-punt] [--path ring|direct|both] [--chunk-mib N]\n"
+               "                      [--keep] [--references] [--async-punt] [--path ring|direct|both] [--chunk-mib N]\n"
                "                      [--pinned-mib N] [--direct-threads N] [--fractions F,F,...]\n");
   std::exit(2);
 }
@@ -87,6 +91,7 @@ options parse(int argc, char** argv) {
     else if (a == "--no-cold") o.cold = false;
     else if (a == "--verify") o.verify = true;
     else if (a == "--keep") o.keep = true;
+    else if (a == "--references") o.references = true;
     else if (a == "--async-punt") o.async_punt = true;
     else if (a == "--path") {
       const std::string_view p = next();
@@ -136,34 +141,103 @@ double pinned_limit_gbps(const options& o, tz::cuda::uploader& up) {
   return median(gbps);
 }
 
-// The second limit: how fast `threads` threads pread the file in slot-sized pieces into their own
-// pinned slot, with no upload (O_DIRECT after dropping the file's pages when cold). GB/s, median.
-double read_limit_gbps(const options& o, unsigned threads, bool cold) {
+// Host-to-device copies of one ring's worth of pinned memory, over and over, on a thread of its
+// own until stopped: the DMA traffic a load adds to the host's memory while its readers copy.
+class background_dma {
+ public:
+  background_dma(const options& o, tz::cuda::uploader& up)
+      : o_(o), up_(up), host_(tz::unwrap(tz::cuda::alloc_pinned(o.slot_count * o.slot_bytes))),
+        dev_(tz::unwrap(tz::cuda::alloc_device(o.device, o.slot_count * o.slot_bytes))) {
+    std::memset(host_.data(), 2, host_.size_bytes());
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        for (std::size_t off = 0; off < host_.size_bytes(); off += o_.slot_bytes) {
+          tz::unwrap(up_.upload(host_.bytes().subspan(off, o_.slot_bytes), dev_, off));
+        }
+        tz::unwrap(up_.synchronize());
+        bytes_ += host_.size_bytes();
+      }
+    });
+  }
+  ~background_dma() { stop(); }
+  // Stops and returns the bytes copied so far.
+  std::uint64_t stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return bytes_;
+  }
+  std::uint64_t bytes() const { return bytes_.load(); }
+
+ private:
+  const options& o_;
+  tz::cuda::uploader& up_;
+  tz::cuda::pinned_buffer host_;
+  tz::cuda::device_buffer dev_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> bytes_{0};
+  std::thread thread_;
+};
+
+enum class read_how { pread, mmap_copy };
+
+struct read_ref {
+  double gbps = 0;      // file bytes into the slots
+  double dma_gbps = 0;  // concurrent host-to-device copies (with `dma` only)
+};
+
+// The second limit: how fast `threads` threads move the file in slot-sized pieces into their own
+// pinned slot, with no upload of it: pread (O_DIRECT after dropping the file's pages when cold),
+// or a mapping of the page cache populated piece by piece (MADV_POPULATE_READ) and memcpy. With
+// `dma`, pinned-to-device copies of another ring-sized buffer run meanwhile, as during a load.
+// GB/s, median of runs.
+read_ref read_limit_gbps(const options& o, unsigned threads, bool cold, read_how how = read_how::pread,
+                         tz::cuda::uploader* dma = nullptr) {
   auto src = tz::unwrap(tz::file_source::open(o.file));
   const std::uint64_t size = src->size_bytes();
   std::vector<tz::cuda::pinned_buffer> slots;
   for (unsigned t = 0; t < threads; ++t) slots.push_back(tz::unwrap(tz::cuda::alloc_pinned(o.slot_bytes)));
-  std::vector<double> gbps;
+  std::vector<double> gbps, dma_gbps;
   for (int run = 0; run < o.runs + (cold ? 0 : 1); ++run) {
     if (cold) tz::unwrap(src->drop_cache());
     const int fd = ::open(o.file.c_str(), O_RDONLY | (cold ? O_DIRECT : 0));
-    if (fd < 0) return 0;
+    if (fd < 0) return {};
+    const std::byte* map = nullptr;
+    if (how == read_how::mmap_copy) {
+      void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+      if (m == MAP_FAILED) return {};
+      map = static_cast<const std::byte*>(m);
+    }
+    std::optional<background_dma> traffic;
+    if (dma != nullptr) traffic.emplace(o, *dma);
+    const std::uint64_t dma_before = traffic ? traffic->bytes() : 0;
     std::atomic<std::uint64_t> next{0};
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::thread> pool;
     for (unsigned t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         for (std::uint64_t off; (off = next.fetch_add(o.slot_bytes)) < size;) {
-          if (::pread(fd, slots[t].data(), o.slot_bytes, static_cast<off_t>(off)) < 0) return;
+          const std::size_t n = std::min<std::uint64_t>(o.slot_bytes, size - off);
+          if (map != nullptr) {
+            ::madvise(const_cast<std::byte*>(map + off), n, MADV_POPULATE_READ);
+            std::memcpy(slots[t].data(), map + off, n);
+          } else if (::pread(fd, slots[t].data(), o.slot_bytes, static_cast<off_t>(off)) < 0) {
+            return;
+          }
         }
       });
     }
     for (auto& th : pool) th.join();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (traffic) {
+      const std::uint64_t moved = traffic->bytes() - dma_before;
+      traffic->stop();
+      if (cold || run > 0) dma_gbps.push_back(static_cast<double>(moved) / s / 1e9);
+    }
+    if (map != nullptr) ::munmap(const_cast<std::byte*>(map), size);
     ::close(fd);
     if (cold || run > 0) gbps.push_back(static_cast<double>(size) / s / 1e9);
   }
-  return median(gbps);
+  return {median(gbps), dma_gbps.empty() ? 0 : median(dma_gbps)};
 }
 
 // The direct path's own cost: `threads` threads pin and unpin the mapped (cached) file in
@@ -259,10 +333,10 @@ run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& u
 void print(const char* what, const run_result& r, double limit) {
   const auto& t = r.timings;
   std::printf("%-12s %7.2f GB/s  %.3fx limit | direct %3.0f%% | total %.3f s, prepare %.3f s | worker-s: read %.3f "
-              "verify %.3f decrypt %.3f register %.3f h2d-wait %.3f | pinned max %.0f MiB (ring %.0f MiB)\n",
+              "verify %.3f decrypt %.3f upload %.3f register %.3f h2d-wait %.3f | pinned max %.0f MiB (ring %.0f MiB)\n",
               what, r.gbps, r.gbps / limit, 100 * r.direct_share, t.total_s, t.prepare_s, t.read_s,
               t.verify_s,
-              t.decrypt_s, t.register_s, t.h2d_wait_s, static_cast<double>(r.pinned_max) / mib,
+              t.decrypt_s, t.upload_s, t.register_s, t.h2d_wait_s, static_cast<double>(r.pinned_max) / mib,
               static_cast<double>(r.ring) / mib);
 }
 
@@ -286,9 +360,20 @@ int main(int argc, char** argv) {
   const double limit = pinned_limit_gbps(o, up);
   std::printf("limit %7.2f GB/s  pinned cudaMemcpyAsync, %zu MiB pieces over %d streams\n", limit, o.slot_bytes / mib,
               o.streams);
-  const double read_warm = read_limit_gbps(o, sched.thread_count(), false);
-  std::printf("read  %7.2f GB/s  page cache -> pinned slots, pread on %u threads, no upload\n", read_warm,
-              sched.thread_count());
+  const unsigned n = sched.thread_count();
+  const double read_warm = read_limit_gbps(o, n, false).gbps;
+  std::printf("read  %7.2f GB/s  page cache -> pinned slots, pread on %u threads, no upload\n", read_warm, n);
+  if (o.references) {
+    const auto busy = read_limit_gbps(o, n, false, read_how::pread, &up);
+    std::printf("read  %7.2f GB/s  the same while pinned copies of another buffer run (at %.2f GB/s)\n", busy.gbps,
+                busy.dma_gbps);
+    const double mapped = read_limit_gbps(o, n, false, read_how::mmap_copy).gbps;
+    std::printf("mmap  %7.2f GB/s  page cache mapped, populated and memcpy'd into pinned slots on %u threads\n", mapped,
+                n);
+    const auto mapped_busy = read_limit_gbps(o, n, false, read_how::mmap_copy, &up);
+    std::printf("mmap  %7.2f GB/s  the same while pinned copies of another buffer run (at %.2f GB/s)\n",
+                mapped_busy.gbps, mapped_busy.dma_gbps);
+  }
   if (o.ring_path) print("warm ring", measure(o, sched, up, *ring, false, tz::direct_mode::off), limit);
   if (o.direct_path) {
     const double pin = register_limit_gbps(o, sched.thread_count());
@@ -300,7 +385,7 @@ int main(int argc, char** argv) {
     }
   }
   if (o.cold) {
-    const double read_cold = read_limit_gbps(o, sched.thread_count(), true);
+    const double read_cold = read_limit_gbps(o, sched.thread_count(), true).gbps;
     std::printf("read  %7.2f GB/s  disk -> pinned slots, O_DIRECT pread on %u threads, no upload\n", read_cold,
                 sched.thread_count());
     print("cold ring", measure(o, sched, up, *ring, true, tz::direct_mode::off), limit);

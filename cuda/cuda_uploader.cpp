@@ -1,10 +1,17 @@
 // The uploader over the runtime API: cudaMemcpyAsync round-robin over streams, one event per upload.
+// Completions are observed by one thread per stream that waits on blocking-sync events in stream
+// order, never by stream callbacks: a callback holds its stream until it returns and CUDA runs all
+// callbacks of a process on one thread, which capped a load at about one lease per 70-100 us.
 #include "cuda_detail.hpp"
 
 #include <atomic>
 #include <cassert>
+#include <condition_variable>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tz::cuda {
@@ -12,14 +19,132 @@ namespace tz::cuda {
 using detail::device_label;
 using detail::failure;
 
+namespace {
+
+std::string describe_upload(std::size_t size_bytes, std::size_t offset_bytes, int stream) {
+  return "upload of " + std::to_string(size_bytes) + " bytes to device offset " + std::to_string(offset_bytes) +
+         " on stream " + std::to_string(stream);
+}
+
+// One upload whose completion someone asked to hear about.
+struct pending_completion {
+  cudaEvent_t event = nullptr;
+  upload_callback on_done;
+  std::size_t size_bytes = 0;
+  std::size_t offset_bytes = 0;
+};
+
+// The completions of one stream: a FIFO in stream order, drained by a thread started on first use.
+// Its events are recycled (created blocking-sync, so the waiting thread sleeps instead of spinning
+// on a core the readers need).
+class completion_lane {
+ public:
+  completion_lane(int device, int stream) : device_(device), stream_(stream) {}
+  completion_lane(const completion_lane&) = delete;
+  completion_lane& operator=(const completion_lane&) = delete;
+
+  // Records an event on `stream` and queues `on_done` behind it. On failure nothing is queued and
+  // `on_done` is left untouched for the caller (it will not be called).
+  result<void> add(cudaStream_t stream, upload_callback& on_done, std::size_t size_bytes, std::size_t offset_bytes) {
+    std::unique_lock lock(mutex_);
+    cudaEvent_t event = nullptr;
+    if (!free_events_.empty()) {
+      event = free_events_.back();
+      free_events_.pop_back();
+    } else if (cudaError_t rc = cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventBlockingSync);
+               rc != cudaSuccess) {
+      return failure("cudaEventCreateWithFlags", rc, device_, describe_upload(size_bytes, offset_bytes, stream_));
+    }
+    // Recorded under the lock so that the queue's order is the stream's order.
+    if (cudaError_t rc = cudaEventRecord(event, stream); rc != cudaSuccess) {
+      free_events_.push_back(event);
+      return failure("cudaEventRecord", rc, device_, describe_upload(size_bytes, offset_bytes, stream_));
+    }
+    if (!thread_.joinable()) {
+      try {
+        thread_ = std::thread([this] { drain(); });
+      } catch (const std::system_error& e) {
+        // The copies are queued but nobody could report them: wait here instead.
+        lock.unlock();
+        cudaError_t rc = cudaEventSynchronize(event);
+        finish({event, std::move(on_done), size_bytes, offset_bytes}, rc);
+        return {};
+      }
+    }
+    queue_.push_back({event, std::move(on_done), size_bytes, offset_bytes});
+    lock.unlock();
+    wake_.notify_one();
+    return {};
+  }
+
+  // Reports every queued completion (waiting for the copies), then stops the thread.
+  void stop() noexcept {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_one();
+    if (thread_.joinable()) thread_.join();
+    for (cudaEvent_t e : free_events_) static_cast<void>(cudaEventDestroy(e));
+    free_events_.clear();
+  }
+
+ private:
+  void drain() noexcept {
+    // Events belong to the device's primary context; make it current once for this thread.
+    static_cast<void>(cudaSetDevice(device_));
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left to report
+      pending_completion p = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      const cudaError_t rc = cudaEventSynchronize(p.event);
+      finish(std::move(p), rc);
+      lock.lock();
+    }
+  }
+
+  // Calls the callback with the outcome and recycles the event (or destroys it after a failure).
+  void finish(pending_completion p, cudaError_t rc) noexcept {
+    if (rc == cudaSuccess) {
+      p.on_done(result<void>());
+    } else {
+      p.on_done(failure("cudaMemcpyAsync", rc, device_,
+                        describe_upload(p.size_bytes, p.offset_bytes, stream_) + ", reported by its completion event"));
+    }
+    std::lock_guard lock(mutex_);
+    if (rc == cudaSuccess) {
+      free_events_.push_back(p.event);
+    } else {
+      static_cast<void>(cudaEventDestroy(p.event));
+    }
+  }
+
+  const int device_;
+  const int stream_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<pending_completion> queue_;
+  std::vector<cudaEvent_t> free_events_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
 struct uploader::state {
   int device = -1;
   std::vector<cudaStream_t> streams;
+  std::vector<std::unique_ptr<completion_lane>> lanes;  // one per stream
   std::atomic<unsigned> next_stream{0};
 
   ~state() {
     if (streams.empty()) return;
     auto scope = detail::device_scope::enter(device, "destroying an uploader");
+    // Every completion is reported first (each lane waits for its copies), then the streams go.
+    for (auto& lane : lanes) lane->stop();
     for (cudaStream_t stream : streams) {
       // Wait first: the copies read caller memory that may be freed right after we return.
       static_cast<void>(cudaStreamSynchronize(stream));
@@ -29,32 +154,6 @@ struct uploader::state {
 };
 
 namespace {
-
-// The heap-held callback of one upload; the stream callback owns and deletes it.
-struct pending_callback {
-  upload_callback on_done;
-  int device = -1;
-  int stream = -1;
-  std::size_t size_bytes = 0;
-  std::size_t offset_bytes = 0;
-};
-
-std::string describe_upload(std::size_t size_bytes, std::size_t offset_bytes, int stream) {
-  return "upload of " + std::to_string(size_bytes) + " bytes to device offset " + std::to_string(offset_bytes) +
-         " on stream " + std::to_string(stream);
-}
-
-// Runs on a CUDA runtime thread. noexcept: a throwing callback terminates rather than unwinding
-// through the driver.
-void CUDART_CB on_stream_done(cudaStream_t, cudaError_t status, void* user) noexcept {
-  std::unique_ptr<pending_callback> pending(static_cast<pending_callback*>(user));
-  if (status == cudaSuccess) {
-    pending->on_done(result<void>());
-    return;
-  }
-  pending->on_done(failure("cudaMemcpyAsync", status, pending->device,
-                           describe_upload(pending->size_bytes, pending->offset_bytes, pending->stream)));
-}
 
 result<void> check_range(std::size_t size_bytes, const device_buffer& dst, std::size_t offset_bytes, int device) {
   if (dst.device() != device) {
@@ -89,6 +188,7 @@ result<uploader> uploader::create(int device, int stream_count) {
     cudaError_t rc = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     if (rc != cudaSuccess) return failure("cudaStreamCreateWithFlags", rc, device, what);
     s->streams.push_back(stream);
+    s->lanes.push_back(std::make_unique<completion_lane>(device, i));
   }
   return uploader(std::move(s));
 }
@@ -149,10 +249,13 @@ result<upload_ticket> uploader::enqueue(const stream_work& work, device_buffer& 
   auto what = [&] { return describe_upload(size_bytes, offset_bytes, ticket.stream_); };
 
   TZ_TRY(scope, detail::device_scope::enter(s.device, what()));
+  cudaError_t rc = cudaSuccess;
   cudaEvent_t event = nullptr;
-  cudaError_t rc = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-  if (rc != cudaSuccess) return failure("cudaEventCreateWithFlags", rc, s.device, what());
-  ticket.event_ = event;  // from here the ticket's destructor destroys it on every path
+  if (!on_done) {  // with a callback the outcome goes there: no event of the ticket's own
+    rc = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    if (rc != cudaSuccess) return failure("cudaEventCreateWithFlags", rc, s.device, what());
+    ticket.event_ = event;  // from here the ticket's destructor destroys it on every path
+  }
   auto* base = static_cast<std::byte*>(dst.data());
   for (const upload_piece& p : work.pieces) {
     if (p.host.empty()) continue;
@@ -163,14 +266,11 @@ result<upload_ticket> uploader::enqueue(const stream_work& work, device_buffer& 
     rc = cudaMemsetAsync(base + work.zero_offset_bytes, 0, work.zero_bytes, stream);
     if (rc != cudaSuccess) return failure("cudaMemsetAsync", rc, s.device, what());
   }
-  rc = cudaEventRecord(event, stream);
-  if (rc != cudaSuccess) return failure("cudaEventRecord", rc, s.device, what());
   if (on_done) {
-    auto pending = std::make_unique<pending_callback>(
-        pending_callback{std::move(on_done), s.device, ticket.stream_, size_bytes, offset_bytes});
-    rc = cudaStreamAddCallback(stream, &on_stream_done, pending.get(), 0);
-    if (rc != cudaSuccess) return failure("cudaStreamAddCallback", rc, s.device, what());
-    static_cast<void>(pending.release());  // the callback owns it now
+    TZ_CHECK(s.lanes[index]->add(stream, on_done, size_bytes, offset_bytes));
+  } else {
+    rc = cudaEventRecord(event, stream);
+    if (rc != cudaSuccess) return failure("cudaEventRecord", rc, s.device, what());
   }
   return ticket;
 }

@@ -368,6 +368,8 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::upload
   auto share = split_direct_share(st, file->has_value() ? &**file : nullptr);
   if (!share) co_return share.error();
   const std::uint64_t direct_bytes = piece_bytes(*share);
+  // Hashes of split tensors are fed in part order: let several tensors advance at once.
+  if (options.verify) interleave_split_tensors(st.plan, st.ring_ranges, readers);
   device_load_timings t;
   t.prepare_s = seconds(nanoseconds_since(t0));
   // The direct share runs on its own threads beside the ring's readers.
@@ -392,6 +394,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::upload
   t.read_s = seconds(st.read_ns);
   t.verify_s = seconds(st.verify_ns);
   t.decrypt_s = seconds(st.decrypt_ns);
+  t.upload_s = seconds(st.upload_ns);
   t.register_s = seconds(stats->register_ns);
   t.h2d_wait_s = seconds(st.wait_ns + stats->wait_ns);
   t.total_s = seconds(nanoseconds_since(t0));

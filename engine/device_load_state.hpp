@@ -57,6 +57,7 @@ struct device_load_state {
   std::atomic<std::int64_t> read_ns{0};
   std::atomic<std::int64_t> verify_ns{0};
   std::atomic<std::int64_t> decrypt_ns{0};
+  std::atomic<std::int64_t> upload_ns{0};
   std::atomic<std::int64_t> wait_ns{0};
   std::atomic<std::size_t> slots_out_max{0};
 

@@ -2,7 +2,9 @@
 // at aligned split points, and lay the tensors out in one device allocation.
 #include "tz/device_plan.hpp"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace tz {
 
@@ -103,6 +105,41 @@ result<device_plan> make_device_plan(std::span<const format::tensor_entry* const
   }
   packer.close();
   return plan;
+}
+
+void interleave_split_tensors(device_plan& plan, std::size_t end, std::size_t width) {
+  end = std::min(end, plan.ranges.size());
+  if (width < 2 || end < 2) return;
+  // Streams of range indices: one per split tensor (its parts, consecutive in the plan), one per
+  // unsplit range.
+  std::vector<std::vector<std::size_t>> streams;
+  for (std::size_t i = 0; i < end; ++i) {
+    const device_range& r = plan.ranges[i];
+    const bool continues = r.split_slot != no_split && i > 0 && plan.ranges[i - 1].split_slot == r.split_slot;
+    if (continues) {
+      streams.back().push_back(i);
+    } else {
+      streams.push_back({i});
+    }
+  }
+  std::vector<std::size_t> order;
+  order.reserve(end);
+  struct cursor {
+    std::size_t stream = 0;
+    std::size_t next = 0;
+  };
+  std::vector<cursor> active;
+  std::size_t next_stream = 0;
+  while (order.size() < end) {
+    while (active.size() < width && next_stream < streams.size()) active.push_back({next_stream++, 0});
+    for (cursor& c : active) order.push_back(streams[c.stream][c.next++]);
+    std::erase_if(active, [&](const cursor& c) { return c.next == streams[c.stream].size(); });
+  }
+  std::vector<device_range> reordered;
+  reordered.reserve(plan.ranges.size());
+  for (std::size_t i : order) reordered.push_back(std::move(plan.ranges[i]));
+  for (std::size_t i = end; i < plan.ranges.size(); ++i) reordered.push_back(std::move(plan.ranges[i]));
+  plan.ranges = std::move(reordered);
 }
 
 }  // namespace tz

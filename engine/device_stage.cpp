@@ -108,11 +108,13 @@ result<void> upload_range(device_load_state& st, const device_range& r, std::spa
   // upload_callback is a std::function, which needs a copyable callable: share the lease.
   auto held = std::make_shared<lease>(std::move(l));
   st.uploads.add();
+  const auto t0 = device_clock::now();
   auto ticket = st.up->upload(pieces, *st.dst, [&st, held](result<void> done) {
     if (!done) st.fail(done.error());
     held->reset();
     st.uploads.done();
   });
+  st.upload_ns += nanoseconds_since(t0);
   if (!ticket) {
     st.uploads.done();  // the callback will never run
     return ticket.error();

@@ -243,6 +243,32 @@ TEST_SUITE("gpu") {
     CHECK(first_mismatch(download_all(device), 3) == count * piece);
   }
 
+  TEST_CASE("destroying an uploader reports every pending completion first, and tickets with callbacks are empty") {
+    require_gpu();
+    constexpr int count = 48;
+    constexpr std::size_t piece = 1 << 20;
+    auto host = alloc_pinned(count * piece).value();
+    fill_pattern(host.bytes(), 0, 5);
+    auto device = alloc_device(0, count * piece).value();
+    std::atomic<int> completed{0}, failed{0};
+    {
+      auto up = uploader::create(0, 3).value();
+      for (int i = 0; i < count; ++i) {
+        const std::size_t offset = static_cast<std::size_t>(i) * piece;
+        auto ticket = up.upload(host.bytes().subspan(offset, piece), device, offset, [&](tz::result<void> outcome) {
+          if (!outcome) ++failed;
+          ++completed;
+        });
+        REQUIRE(ok(ticket));
+        CHECK(ticket.value().empty());  // the outcome goes to the callback alone
+        CHECK(up.done(ticket.value()));
+      }
+    }  // no wait: the destructor must drain every lane
+    CHECK(completed.load() == count);
+    CHECK(failed.load() == 0);
+    CHECK(first_mismatch(download_all(device), 5) == count * piece);
+  }
+
   TEST_CASE("uploads outside the destination are refused before reaching CUDA") {
     require_gpu();
     auto host = alloc_pinned(8192).value();

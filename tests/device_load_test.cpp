@@ -129,6 +129,55 @@ TEST_SUITE("host") {
     CHECK(plan->ranges.back().split_slot == tz::no_split);
   }
 
+  TEST_CASE("interleaving lets several split tensors advance together, each in part order") {
+    // Three tensors of 10 MiB split into 4 MiB slots (3 parts each), two small ones between them.
+    std::vector<tz::format::tensor_entry> es;
+    std::uint64_t off = 4096;
+    const std::uint64_t big = 10u << 20;
+    for (int i = 0; i < 5; ++i) {
+      const std::uint64_t data = i % 2 == 0 ? big : 1000;
+      es.push_back(entry_at(off, 100, data, "t" + std::to_string(i)));
+      off += 100 + data;
+    }
+    std::vector<const tz::format::tensor_entry*> sel;
+    for (const auto& e : es) sel.push_back(&e);
+    const std::vector<std::uint64_t> align(sel.size(), tz::plain_split_align_bytes);
+    const tz::device_plan_options o{4u << 20, 64 << 10, true};
+    auto plan = tz::make_device_plan(sel, align, o).value();
+    const auto before = plan.ranges;
+    REQUIRE(before.size() == 11);  // 3 x 3 parts + the two small tensors' ranges
+    auto key = [](const tz::device_range& r) { return std::pair(r.offset_bytes, r.length_bytes); };
+
+    auto same = plan;
+    tz::interleave_split_tensors(same, same.ranges.size(), 1);  // width 1: unchanged
+    for (std::size_t i = 0; i < before.size(); ++i) CHECK(key(same.ranges[i]) == key(before[i]));
+
+    tz::interleave_split_tensors(plan, plan.ranges.size(), 3);
+    REQUIRE(plan.ranges.size() == before.size());
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> a, b;
+    for (const auto& r : before) a.push_back(key(r));
+    for (const auto& r : plan.ranges) b.push_back(key(r));
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    CHECK(a == b);  // a permutation: every range once
+    std::map<std::uint32_t, std::uint32_t> next_part;
+    for (const auto& r : plan.ranges) {
+      if (r.split_slot == tz::no_split) continue;
+      CHECK(r.part == next_part[r.split_slot]);  // parts keep their order
+      ++next_part[r.split_slot];
+    }
+    // The first three ranges: parts 0 of tensor 0, of the small tensor 1 (whole) and of tensor 2.
+    CHECK(plan.ranges[0].split_slot == 0);
+    CHECK(plan.ranges[1].split_slot == tz::no_split);
+    CHECK(plan.ranges[2].split_slot == 2);
+    CHECK(plan.ranges[3].split_slot == 0);  // round-robin: tensor 0 again before its third part
+    CHECK(plan.ranges[3].part == 1);
+
+    auto head = tz::make_device_plan(sel, align, o).value();
+    tz::interleave_split_tensors(head, 3, 4);  // only [0, 3) moves: the rest keeps its place
+    for (std::size_t i = 3; i < before.size(); ++i) CHECK(key(head.ranges[i]) == key(before[i]));
+  }
+
   TEST_CASE("a cipher chunk larger than a slot is refused with a clear error") {
     auto e = entry_at(0, 100, 10 << 20, "big");
     std::vector<const tz::format::tensor_entry*> sel{&e};

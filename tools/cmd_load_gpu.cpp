@@ -85,8 +85,8 @@ void print_report(const device_tensors& t, const std::string& device) {
   std::printf("loaded %zu tensors, %.3f GB onto %s in %.3f s: %.2f GB/s\n", t.size(), gb, device.c_str(), s.total_s,
               s.total_s > 0 ? gb / s.total_s : 0.0);
   std::printf("  prepare %.3f s (plan, header pass, allocations)\n", s.prepare_s);
-  std::printf("  worker-seconds: read %.3f, verify %.3f, decrypt %.3f, H2D wait %.3f\n", s.read_s, s.verify_s,
-              s.decrypt_s, s.h2d_wait_s);
+  std::printf("  worker-seconds: read %.3f, verify %.3f, decrypt %.3f, upload %.3f, H2D wait %.3f\n", s.read_s,
+              s.verify_s, s.decrypt_s, s.upload_s, s.h2d_wait_s);
   std::printf("  pinned staging: at most %.1f MiB held of a %.1f MiB ring\n",
               static_cast<double>(t.pinned_bytes_max()) / (1 << 20), static_cast<double>(t.ring_bytes()) / (1 << 20));
 }

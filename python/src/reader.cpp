@@ -205,7 +205,8 @@ void register_reader(pyb::module_& m) {
                                const auto& t = h.device->timings();
                                pyb::dict d;
                                d["prepare_s"] = t.prepare_s, d["read_s"] = t.read_s, d["verify_s"] = t.verify_s;
-                               d["decrypt_s"] = t.decrypt_s, d["h2d_wait_s"] = t.h2d_wait_s, d["total_s"] = t.total_s;
+                               d["decrypt_s"] = t.decrypt_s, d["upload_s"] = t.upload_s;
+                               d["h2d_wait_s"] = t.h2d_wait_s, d["total_s"] = t.total_s;
                                return d;
                              })
       .def(

@@ -206,14 +206,15 @@ struct upload_piece {
   std::size_t offset_bytes = 0;
 };
 
-// Called once when an upload has completed (or failed), with its outcome. It runs on a CUDA
-// runtime thread while that stream is held: it must not call CUDA, block or throw, and should only
-// post work to the caller's event loop (e.g. boost::asio::post) and return.
+// Called once when an upload has completed (or failed), with its outcome. It runs on the uploader's
+// completion thread of that upload's stream (the stream itself keeps copying meanwhile), so it
+// delays only the completions queued behind it: it must not block or throw, and should do little
+// more than return a buffer or post work to the caller's event loop (e.g. boost::asio::post).
 using upload_callback = std::function<void(result<void>)>;
 
 // Host-to-device copies spread round-robin over a few streams of one device. Created by the caller
 // and passed down; nothing here has static lifetime. upload() may be called from several threads.
-// The destructor waits for every copy in flight, then destroys the streams.
+// The destructor reports every pending completion, waits for every copy in flight, then destroys the streams.
 class uploader {
  public:
   static constexpr int default_stream_count = 4;
@@ -239,10 +240,11 @@ class uploader {
   // or `dst` lives on another device, errc::cuda when CUDA refuses to enqueue.
   result<upload_ticket> upload(std::span<const std::byte> host, device_buffer& dst, std::size_t offset_bytes);
 
-  // As above, and `on_done` is called once with the copy's outcome when it completes
-  // (cudaStreamAddCallback, which unlike cudaLaunchHostFunc also runs when the context has failed,
-  // so a waiting lease is never stranded). See upload_callback for what it may do. When this call
-  // itself fails, `on_done` is not called.
+  // As above, and `on_done` is called once with the copy's outcome when it completes: a
+  // blocking-sync event recorded after the copy is waited on by a thread per stream (started on
+  // first use), which also reports a failed context, so a waiting lease is never stranded. See
+  // upload_callback for what it may do. When this call itself fails, `on_done` is not called.
+  // The returned ticket is empty (always done): the outcome is reported to `on_done` alone.
   result<upload_ticket> upload(std::span<const std::byte> host, device_buffer& dst, std::size_t offset_bytes,
                                upload_callback on_done);
 

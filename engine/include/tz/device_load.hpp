@@ -92,6 +92,7 @@ struct device_load_timings {
   double read_s = 0;       // in source reads
   double verify_s = 0;     // hashing
   double decrypt_s = 0;    // decrypting in place
+  double upload_s = 0;     // enqueuing copies (cudaMemcpyAsync and its completion event)
   double h2d_wait_s = 0;   // waiting for a free slot (uploads still reading them) and the final drain
   double register_s = 0;   // direct path: pinning and unpinning page-cache chunks (its own threads)
   double total_s = 0;
