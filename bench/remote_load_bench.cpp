@@ -14,6 +14,7 @@
 #include "tz/uri.hpp"
 
 #include <hiredis/hiredis.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -167,15 +168,31 @@ struct row {
   double ours_gbps, ref_gbps;
 };
 
-// Alternates ours and the reference `repeat` times; GB/s from the medians.
+// CPU seconds (user + system) this process, or its waited-for children, have used so far.
+double cpu_seconds(int who) {
+  rusage u{};
+  ::getrusage(who, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+// Alternates ours and the reference `repeat` times; GB/s from the medians. Each run also prints
+// the client's CPU seconds (ours: this process; the reference: its child processes, or this
+// process for the in-process Redis reference): on a 2-core host the server gets what the client
+// leaves.
 row measure(const config& cfg, const std::string& what, const std::string& ref_name, std::uint64_t size,
             const std::function<double()>& ours, const std::function<double()>& reference) {
   std::vector<double> a, b;
+  const int ref_who = what == "redis" ? RUSAGE_SELF : RUSAGE_CHILDREN;
   for (int i = 0; i < cfg.repeat; ++i) {
+    const double c0 = cpu_seconds(RUSAGE_SELF);
     a.push_back(ours());
+    const double c1 = cpu_seconds(RUSAGE_SELF), r0 = cpu_seconds(ref_who);
     b.push_back(reference());
-    std::printf("  %-6s run %d: ours %.2f GB/s, %s %.2f GB/s\n", what.c_str(), i, size / a.back() / 1e9,
-                ref_name.c_str(), b.back() > 0 ? size / b.back() / 1e9 : 0.0);
+    const double r1 = cpu_seconds(ref_who);
+    std::printf("  %-6s run %d: ours %.2f GB/s (client CPU %.2f s), %s %.2f GB/s (client CPU %.2f s)\n", what.c_str(),
+                i, size / a.back() / 1e9, c1 - c0, ref_name.c_str(), b.back() > 0 ? size / b.back() / 1e9 : 0.0,
+                r1 - r0);
   }
   const double mb = median(b);
   return {what, ref_name, size / median(a) / 1e9, mb > 0 ? size / mb / 1e9 : 0};

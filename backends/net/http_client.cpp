@@ -1,5 +1,9 @@
 // The one Beast/Asio-SSL translation unit: pooled keep-alive HTTP/1.1 connections (plain or TLS),
 // request/response exchange, and bodies read straight into the caller's scatter spans.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include "http_client.hpp"
 
 #include "scatter.hpp"
@@ -186,6 +190,16 @@ task<result<std::unique_ptr<connection>>> http_client::impl::connect(const std::
 
 namespace {
 
+// Acknowledges what has arrived at once and leaves delayed-ACK mode until the next send. Servers
+// that write a response's header and body separately with Nagle on (Ceph RGW) hold the body until
+// the header's ACK arrives, which a request-response socket otherwise delays by ~40 ms: measured
+// as 42-48 ms per small ranged GET from RGW on a kept-alive connection, against 1 ms for curl.
+// Linux resets the flag by itself, so it is set again before each wait for the server.
+void ack_now(beast::tcp_stream& lowest) noexcept {
+  const int on = 1;
+  static_cast<void>(::setsockopt(lowest.socket().native_handle(), IPPROTO_TCP, TCP_QUICKACK, &on, sizeof on));
+}
+
 template <class Stream>
 task<error_code> send_request(Stream& stream, beast::tcp_stream& lowest, const http_request& request,
                               const http_endpoint& endpoint, const http_client_options& options) {
@@ -242,6 +256,7 @@ task<result<http_response>> http_client::impl::run(Stream& stream, connection& c
   parser.body_limit(boost::none);
   if (request.method == "HEAD") parser.skip(true);
   c.lowest().expires_after(options.first_byte_timeout);
+  ack_now(c.lowest());
   auto [hec, hn] = co_await http::async_read_header(stream, c.buffer, parser, use_tuple);
   if (hec) {
     c.reusable = false;
@@ -254,6 +269,7 @@ task<result<http_response>> http_client::impl::run(Stream& stream, connection& c
   response.content_length = parser.content_length().value_or(0);
   c.reusable = head.keep_alive();
   if (parser.is_done()) co_return response;
+  ack_now(c.lowest());  // the header's segment: its ACK may be what the body waits for
   bool ok_status = response.status == 200 || response.status == 206;
   if (dst && ok_status) {
     if (!parser.content_length() || *parser.content_length() != scatter_size(*dst)) {
