@@ -62,7 +62,7 @@ struct device_load_state {
   std::atomic<std::size_t> slots_out_max{0};
 
   // Records the first error and releases every coroutine waiting for a hashing turn. Any thread
-  // (also the CUDA callback thread: it only takes a short lock and posts).
+  // (also an uploader completion thread: it only takes a short lock and posts).
   void fail(error e) noexcept;
   // Notes how many slots are out right after one was acquired (the high-water mark of pinned use).
   void note_slots_out() noexcept;
