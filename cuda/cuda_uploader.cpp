@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -63,7 +64,7 @@ class completion_lane {
     if (!thread_.joinable()) {
       try {
         thread_ = std::thread([this] { drain(); });
-      } catch (const std::system_error& e) {
+      } catch (const std::system_error&) {
         // The copies are queued but nobody could report them: wait here instead.
         lock.unlock();
         cudaError_t rc = cudaEventSynchronize(event);
