@@ -26,6 +26,14 @@ foreach(pair "http:nginx" "s3:rgw" "redis:redis")
                        ENVIRONMENT "${tz_net_env};TZ_NET_SCRIPTS=${tz_net_scripts}")
 endforeach()
 
+# `load --device` over HTTP on the CUDA emulation (tests/cuda_emulation.cmake, tools/CMakeLists.txt).
+if(TARGET tensorizer_emulated)
+  add_test(NAME cli_device_emulated_http COMMAND ${CMAKE_CURRENT_LIST_DIR}/cli_device_emulated.sh http
+           $<TARGET_FILE:tensorizer_emulated> ${CMAKE_BINARY_DIR})
+  set_tests_properties(cli_device_emulated_http PROPERTIES FIXTURES_REQUIRED net_nginx SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${tz_net_env}")
+endif()
+
 # Benchmark smoke run (bench/remote_load.cmake) with tiny parameters, so it cannot rot.
 if(TARGET remote_load_bench)
   add_test(NAME remote_load_bench_smoke

@@ -23,12 +23,14 @@ constexpr const char* load_device_help =
     "  --slots N                staging slots (16)          --slot-mib N   slot size in MiB (4)\n"
     "  --readers N              reads in flight (automatic) --threads N    worker threads (one per core)\n"
     "  --streams N              CUDA streams (4)\n"
+    "  --json                   one JSON object on stdout instead of text\n"
     "  --decrypt-key-file F | --decrypt-passphrase-file F   open an encrypted FILE\n";
 
 struct load_device_args {
   std::string path;
   std::vector<std::string> only;
   bool direct = false;
+  bool json = false;
   unsigned threads = 0;
   int streams = cuda::uploader::default_stream_count;
   device_load_options options;
@@ -48,6 +50,7 @@ result<load_device_args> read_args(const cli::args& a) {
   if (a.positional.size() != 1) return make_error(errc::invalid_argument, "expected one FILE");
   out.path = a.positional[0];
   out.direct = a.has("--direct");
+  out.json = a.has("--json");
   out.options.verify = a.has("--verify");
   if (auto v = a.get("--only")) out.only = split_names(*v);
   auto number = [&](const char* name, auto& field) -> result<void> {
@@ -79,9 +82,22 @@ result<std::vector<std::size_t>> select_names(const loader& l, const std::vector
   return which;
 }
 
-void print_report(const device_tensors& t, const std::string& device) {
+void print_report(const load_device_args& a, const loader& l, const device_tensors& t, const std::string& device) {
   const auto& s = t.timings();
   const double gb = static_cast<double>(t.data_bytes()) / 1e9;
+  if (a.json) {
+    const char* kind = l.kind() == file_kind::tensorizer ? "tensorizer" : "safetensors";
+    std::printf("{\"file\":%s,\"format\":\"%s\",\"device\":\"%s\",\"tensors\":%zu,\"bytes\":%llu,\"seconds\":%.6f,"
+                "\"gb_per_s\":%.3f,\"verify\":%s,\"direct\":%s,\"streams\":%d,\"ring_bytes\":%llu,"
+                "\"pinned_max_bytes\":%llu,\"stages\":{\"prepare_s\":%.6f,\"read_s\":%.6f,\"verify_s\":%.6f,"
+                "\"decrypt_s\":%.6f,\"upload_s\":%.6f,\"h2d_wait_s\":%.6f,\"total_s\":%.6f}}\n",
+                format::json_name(format::plain_path(a.path)).c_str(), kind, device.c_str(), t.size(),
+                static_cast<unsigned long long>(t.data_bytes()), s.total_s, s.total_s > 0 ? gb / s.total_s : 0.0,
+                a.options.verify ? "true" : "false", a.direct ? "true" : "false", a.streams,
+                static_cast<unsigned long long>(t.ring_bytes()), static_cast<unsigned long long>(t.pinned_bytes_max()),
+                s.prepare_s, s.read_s, s.verify_s, s.decrypt_s, s.upload_s, s.h2d_wait_s, s.total_s);
+    return;
+  }
   std::printf("loaded %zu tensors, %.3f GB onto %s in %.3f s: %.2f GB/s\n", t.size(), gb, device.c_str(), s.total_s,
               s.total_s > 0 ? gb / s.total_s : 0.0);
   std::printf("  prepare %.3f s (plan, header pass, allocations)\n", s.prepare_s);
@@ -100,7 +116,7 @@ int cmd_load_device(int argc, char** argv, const std::string& device) {
   auto a = cli::parse(argc, argv, 2,
                       cli::with_remote_valued({"--device", "--only", "--slots", "--slot-mib", "--readers", "--threads",
                                                "--streams", "--decrypt-key-file", "--decrypt-passphrase-file"}),
-                      cli::with_remote_flags({"--help", "--verify", "--direct"}));
+                      cli::with_remote_flags({"--help", "--verify", "--direct", "--json"}));
   if (!a) return cli::usage_error("load", a.error().message, load_device_help);
   if (a->has("--help")) {
     std::fputs(load_device_help, stdout);
@@ -131,6 +147,6 @@ int cmd_load_device(int argc, char** argv, const std::string& device) {
   if (!which) return cli::fail("load", which.error());
   auto loaded = load_to_device(sched, *up, *opened, *src, std::move(*which), std::move(args->options));
   if (!loaded) return cli::fail("load", loaded.error());
-  print_report(*loaded, device);
+  print_report(*args, *opened, *loaded, device);
   return 0;
 }

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# `tensorizer load --device` end to end on the host emulation of the CUDA runtime (tensorizer_emulated):
+# whole, filtered, verified, small-ring, encrypted (key file) and O_DIRECT loads report the bytes and
+# tensors a host load reports; a missing device, a corrupt tensor and a wrong key fail with messages
+# naming them. With `http`, the same load comes from nginx (the net_nginx fixture of tests/net.cmake).
+# usage: cli_device_emulated.sh local|http CLI_EMULATED WORKDIR   (http: env TZ_NET_WORKDIR, TZ_NET_PORT_BASE)
+set -euo pipefail
+mode=${1:?usage: cli_device_emulated.sh local|http CLI WORKDIR}; cli=${2:?CLI}; work=${3:?WORKDIR}/cli-device-$mode
+rm -rf "$work"; mkdir -p "$work"
+step() { printf 'cli_device %s: %s\n' "$mode" "$*"; }
+fail() { step "FAIL: $*"; exit 1; }
+# field FILE KEY...: a value of the JSON object in FILE (nested keys allowed).
+field() { python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))
+for k in sys.argv[2:]: v=v[k]
+print(str(v).lower() if isinstance(v,bool) else v)' "$@"; }
+expect_error() {
+  local want=$1; shift
+  if "$@" > "$work/err.out" 2>&1; then fail "'$*' succeeded, expected $want"; fi
+  grep -qF -- "$want" "$work/err.out" || { cat "$work/err.out"; fail "'$*' did not report $want"; }
+  step "expected error: $(head -c 300 "$work/err.out")"
+}
+# same_as_host JSON TENSORS BYTES: a device load's report matches the host's counts.
+same_as_host() {
+  [[ $(field "$1" tensors) == "$2" ]] || fail "$1: $(field "$1" tensors) tensors, the host load has $2"
+  [[ $(field "$1" bytes) == "$3" ]] || fail "$1: $(field "$1" bytes) bytes, the host load has $3"
+  [[ $(field "$1" device) == cuda:0 ]] || fail "$1: not on cuda:0"
+}
+
+"$cli" synth "$work/model.tensors" --size-mib 24 --seed 5 > /dev/null
+"$cli" load --json "$work/model.tensors" > "$work/host.json"
+tensors=$(field "$work/host.json" tensors); bytes=$(field "$work/host.json" bytes)
+step "host load: $tensors tensors, $bytes bytes"
+
+if [[ $mode == http ]]; then
+  top=${TZ_NET_WORKDIR:?}; base=${TZ_NET_PORT_BASE:?}
+  www=$top/nginx/www/cli-device; mkdir -p "$www"; cp "$work/model.tensors" "$www/model.tensors"
+  uri="http://127.0.0.1:$((base + 80))/cli-device/model.tensors"
+  step "load --device cuda:0 --verify from $uri"
+  "$cli" load --device cuda:0 --verify --json --connections 2 "$uri" > "$work/http.json"
+  same_as_host "$work/http.json" "$tensors" "$bytes"
+  [[ $(field "$work/http.json" verify) == true ]] || fail "verify not reported"
+  expect_error "(not_found)" "$cli" load --device cuda:0 "http://127.0.0.1:$((base + 80))/cli-device/missing.tensors"
+  step "passed"
+  exit 0
+fi
+
+step "whole file, verified, as JSON and as text"
+"$cli" load --device cuda:0 --verify --json "$work/model.tensors" > "$work/dev.json"
+same_as_host "$work/dev.json" "$tensors" "$bytes"
+for stage in prepare_s read_s verify_s decrypt_s upload_s h2d_wait_s total_s; do
+  field "$work/dev.json" stages "$stage" > /dev/null || fail "stage $stage missing"
+done
+[[ $(python3 -c "print($(field "$work/dev.json" stages verify_s) > 0)") == True ]] || fail "verify_s is 0 for a verified load"
+"$cli" load --device cuda:0 "$work/model.tensors" > "$work/dev.txt"
+grep -q "loaded $tensors tensors" "$work/dev.txt" || { cat "$work/dev.txt"; fail "text report"; }
+grep -q "worker-seconds: read" "$work/dev.txt" || fail "no stage timings in the text report"
+
+step "small ring, one stream, O_DIRECT"
+"$cli" load --device cuda:0 --json --slots 2 --slot-mib 1 --streams 1 --direct "$work/model.tensors" > "$work/small.json"
+same_as_host "$work/small.json" "$tensors" "$bytes"
+ring=$(field "$work/small.json" ring_bytes); held=$(field "$work/small.json" pinned_max_bytes)
+(( ring < 3 * 1048576 )) || fail "ring of $ring bytes for 2 x 1 MiB slots"
+(( held <= ring )) || fail "$held pinned bytes held, more than the $ring-byte ring"
+
+step "filtered"
+name=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tensors"][1]["name"])' \
+  <("$cli" inspect --json "$work/model.tensors"))
+"$cli" load --device cuda:0 --json --only "$name" "$work/model.tensors" > "$work/one.json"
+[[ $(field "$work/one.json" tensors) == 1 ]] || fail "--only $name loaded $(field "$work/one.json" tensors) tensors"
+expect_error "no tensor named 'no.such.tensor'" "$cli" load --device cuda:0 --only no.such.tensor "$work/model.tensors"
+
+step "encrypted with a key file"
+"$cli" keygen "$work/key"
+"$cli" copy --encrypt-key-file "$work/key" "$work/model.tensors" "$work/enc.tensors"
+"$cli" load --device cuda:0 --verify --json --decrypt-key-file "$work/key" "$work/enc.tensors" > "$work/enc.json"
+same_as_host "$work/enc.json" "$tensors" "$bytes"
+"$cli" keygen "$work/wrong"
+expect_error "(crypto)" "$cli" load --device cuda:0 --decrypt-key-file "$work/wrong" "$work/enc.tensors"
+grep -q "$(od -An -tx1 "$work/wrong" | tr -d ' \n' | head -c 16)" "$work/err.out" && fail "the key was printed"
+
+step "errors: missing device, corrupt tensor"
+expect_error "cuda:3" "$cli" load --device cuda:3 "$work/model.tensors"
+cp "$work/model.tensors" "$work/corrupt.tensors"
+size=$(stat -c %s "$work/corrupt.tensors")
+printf '\x5a' | dd of="$work/corrupt.tensors" bs=1 seek=$((size - 4096)) conv=notrunc status=none
+expect_error "(hash_mismatch)" "$cli" load --device cuda:0 --verify "$work/corrupt.tensors"
+step "passed"

@@ -1,0 +1,269 @@
+// Loads to device memory on the host emulation of the CUDA runtime (tests/cuda_emulation), where
+// faults can be injected: a copy failing at any position of a load fails that load with an error
+// naming the upload, never hangs, returns every lease and frees every allocation; device memory
+// running out is a clear error; a load onto cuda:1 lands there and leaves the current device alone;
+// the ring path never uploads from pageable memory and holds no more pinned memory than its ring.
+#include "tz/cuda_emulation.hpp"
+#include "tz/device_load.hpp"
+#include "tz/format/encryption.hpp"
+#include "tz/format/writer.hpp"
+#include "tz/memory_source.hpp"
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace emu = tz::cuda::emulation;
+
+namespace {
+
+template <class T>
+bool ok(const tz::result<T>& r) {
+  if (!r) MESSAGE("unexpected error: " << r.error().message);
+  return r.has_value();
+}
+
+constexpr std::size_t kib = 1024;
+constexpr std::size_t mib = 1024 * kib;
+
+// `count` float32 tensors, tensor i holding i * 1000 + k, of base_bytes / 4 + 3 i elements; the
+// file's bytes (written through the real writer, then read back).
+std::vector<std::byte> write_floats(std::size_t count, std::size_t base_bytes,
+                                    tz::format::tensor_encryptor* enc = nullptr) {
+  const std::string path = std::string(TZ_BINARY_DIR) + "/cuda_emulation_test_" + std::to_string(::getpid());
+  auto w = tz::format::tensor_writer::create(path, {enc}).value();
+  auto f32 = tz::format::dtype_from_torch("torch.float32").value();
+  for (std::size_t i = 0; i < count; ++i) {
+    std::vector<float> v(base_bytes / 4 + i * 3);
+    for (std::size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(i * 1000 + k);
+    tz::format::tensor_write t;
+    t.path = tz::format::plain_path("t" + std::to_string(i));
+    t.dtype = f32;
+    t.shape = {v.size()};
+    t.data = std::as_bytes(std::span<const float>(v));
+    REQUIRE(ok(w.write(t)));
+  }
+  REQUIRE(ok(w.close()));
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  std::vector<std::byte> out(c.size());
+  std::memcpy(out.data(), c.data(), c.size());
+  return out;
+}
+
+// Every tensor of `t` downloaded and compared with what write_floats wrote.
+bool all_floats_match(const tz::device_tensors& t, std::size_t base_bytes) {
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const std::size_t index = std::stoul(t.entry(i).name.substr(1));
+    const std::size_t n = base_bytes / 4 + index * 3;
+    std::vector<float> got(n);
+    if (t.size_bytes(i) != n * 4) return false;
+    auto r = tz::cuda::download(t.buffer(), t.device_offset(i), std::as_writable_bytes(std::span<float>(got)));
+    if (!r) return false;
+    for (std::size_t k = 0; k < n; ++k) {
+      if (got[k] != static_cast<float>(index * 1000 + k)) return false;
+    }
+  }
+  return true;
+}
+
+// Nothing allocated, no stream, no event: what every case must leave behind.
+void check_nothing_alive() {
+  const auto c = emu::snapshot();
+  CHECK(c.device_allocations == 0);
+  CHECK(c.host_allocations == 0);
+  CHECK(c.registrations == 0);
+  CHECK(c.streams == 0);
+  CHECK(c.events == 0);
+}
+
+// Restores the default settings and a clean context when a case ends, even a failed one.
+struct emulation_case {
+  explicit emulation_case(emu::settings s = {}) {
+    emu::clear_sticky_error();
+    REQUIRE(emu::configure(s));
+  }
+  ~emulation_case() {
+    emu::fail_copy(0);
+    emu::clear_sticky_error();
+    emu::configure({});
+  }
+};
+
+tz::result<tz::device_tensors> load(tz::scheduler& sched, tz::cuda::uploader& up, std::shared_ptr<tz::byte_source> src,
+                                    tz::device_load_options o) {
+  auto l = tz::loader::open(sched, src);
+  if (!l) return l.error();
+  return tz::load_to_device(sched, up, *l, src, {}, std::move(o));
+}
+
+}  // namespace
+
+TEST_CASE("the emulation is what this executable runs on") {
+  CHECK(tz::cuda::built_with_cuda());
+  CHECK(tz::cuda::available());
+  auto info = tz::cuda::describe_device(0);
+  REQUIRE(ok(info));
+  CHECK(info->name.find("emulation") != std::string::npos);
+  check_nothing_alive();
+}
+
+TEST_CASE("a copy failing at any position fails the load, never hangs, and leaves nothing behind") {
+  emulation_case scope;
+  const std::size_t base = 700 * kib;
+  const auto plain = write_floats(12, base);
+  auto key = tz::crypto::secret_key::random().value();
+  auto enc = tz::format::tensorizer_encryptor::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
+  const auto encrypted = write_floats(3, 5 * mib, &enc);  // split across 2 MiB slots (one cipher chunk)
+  {
+    tz::scheduler sched(2);
+    auto up = tz::cuda::uploader::create(0, 3).value();
+    auto ring = tz::make_pinned_ring(4, 2 * mib).value();
+    for (bool enc_file : {false, true}) {
+      CAPTURE(enc_file);
+      auto src = std::make_shared<tz::memory_source>(enc_file ? encrypted : plain, enc_file ? "mem-enc" : "mem-plain");
+      tz::device_load_options o;
+      o.ring = ring.get();
+      o.verify = true;
+      if (enc_file) o.decryption = tz::format::decryption::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
+      // How many copies one load makes, from a clean run.
+      const auto before = emu::snapshot().copies;
+      {
+        auto t = load(sched, up, src, o);
+        REQUIRE(ok(t));
+        CHECK(all_floats_match(*t, enc_file ? 5 * mib : base));
+      }
+      const auto copies = emu::snapshot().copies - before;
+      REQUIRE(copies >= 4);
+      for (std::uint64_t nth = 1; nth <= copies; ++nth) {
+        CAPTURE(nth);
+        emu::fail_copy(nth);
+        auto t = load(sched, up, src, o);
+        REQUIRE_FALSE(t.has_value());
+        CHECK(t.error().code == tz::errc::cuda);
+        CHECK(t.error().message.find("cudaErrorIllegalAddress") != std::string::npos);
+        CHECK(t.error().message.find("upload of") != std::string::npos);
+        CHECK(ring->available() == ring->slot_count());  // every lease came back
+        CHECK(emu::snapshot().device_allocations == 0);  // the failed load's destination is freed
+        emu::fail_copy(0);
+        emu::clear_sticky_error();
+      }
+      // The same uploader and ring load the file again once the context is clean.
+      auto again = load(sched, up, src, o);
+      REQUIRE(ok(again));
+      CHECK(all_floats_match(*again, enc_file ? 5 * mib : base));
+    }
+  }
+  check_nothing_alive();
+}
+
+TEST_CASE("an uploader created after a fault reports it, and destroying one mid-fault reports every completion") {
+  emulation_case scope;
+  {
+    auto up = tz::cuda::uploader::create(0, 2).value();
+    auto host = tz::cuda::alloc_pinned(64 * kib).value();
+    auto dev = tz::cuda::alloc_device(0, 64 * kib).value();
+    int called = 0, failed = 0;
+    emu::fail_copy(2);
+    for (int i = 0; i < 4; ++i) {
+      auto t = up.upload(host.bytes().subspan(static_cast<std::size_t>(i) * 16 * kib, 16 * kib), dev,
+                         static_cast<std::size_t>(i) * 16 * kib, [&](tz::result<void> r) {
+                           ++called;
+                           if (!r) ++failed;
+                         });
+      if (!t) break;  // the fault may already be visible to later enqueues
+    }
+    auto sync = up.synchronize();
+    CHECK_FALSE(sync.has_value());
+    auto more = tz::cuda::uploader::create(0, 1);
+    CHECK_FALSE(more.has_value());  // a sticky fault: every later call reports it
+    emu::clear_sticky_error();
+    // The uploader's destructor runs here, after the completions were reported.
+    CHECK(called >= 2);
+    CHECK(failed >= 1);
+  }
+  check_nothing_alive();
+}
+
+TEST_CASE("running out of device memory fails the load naming the allocation") {
+  emu::settings s;
+  s.device_bytes = 2 * mib;
+  emulation_case scope(s);
+  {
+    tz::scheduler sched(2);
+    auto up = tz::cuda::uploader::create(0).value();
+    auto src = std::make_shared<tz::memory_source>(write_floats(4, 1 * mib), "mem-oom");
+    auto t = load(sched, up, src, {});
+    REQUIRE_FALSE(t.has_value());
+    CHECK(t.error().code == tz::errc::cuda);
+    CHECK(t.error().message.find("cudaMalloc") != std::string::npos);
+    CHECK(t.error().message.find("cudaErrorMemoryAllocation") != std::string::npos);
+    CHECK(t.error().message.find("cuda:0") != std::string::npos);
+    auto small = std::make_shared<tz::memory_source>(write_floats(2, 512 * kib), "mem-fits");
+    auto fits = load(sched, up, small, {});
+    REQUIRE(ok(fits));
+    CHECK(all_floats_match(*fits, 512 * kib));
+  }
+  check_nothing_alive();
+}
+
+TEST_CASE("a load onto cuda:1 lands there, and the caller's current device stays current") {
+  emu::settings s;
+  s.device_count = 2;
+  emulation_case scope(s);
+  REQUIRE(emu::current_device() == 0);
+  {
+    tz::scheduler sched(2);
+    auto up = tz::cuda::uploader::create(1).value();
+    CHECK(emu::current_device() == 0);
+    auto src = std::make_shared<tz::memory_source>(write_floats(6, 700 * kib), "mem-dev1");
+    tz::device_load_options o;
+    o.slot_count = 3;
+    o.slot_bytes = 512 * kib;
+    auto t = load(sched, up, src, o);
+    REQUIRE(ok(t));
+    CHECK(t->device() == 1);
+    CHECK(t->buffer().device() == 1);
+    CHECK(all_floats_match(*t, 700 * kib));
+    CHECK(emu::current_device() == 0);
+    auto on0 = tz::cuda::alloc_device(0, 4096).value();
+    auto host = tz::cuda::alloc_pinned(4096).value();
+    auto wrong = up.upload(host.bytes(), on0, 0);  // the uploader is on cuda:1
+    REQUIRE_FALSE(wrong.has_value());
+    CHECK(wrong.error().code == tz::errc::invalid_argument);
+    auto missing = tz::cuda::uploader::create(2);
+    REQUIRE_FALSE(missing.has_value());
+    CHECK(missing.error().code == tz::errc::no_device);
+  }
+  check_nothing_alive();
+}
+
+TEST_CASE("the ring path uploads only from pinned memory and holds no more of it than the ring") {
+  emulation_case scope;
+  {
+    tz::scheduler sched(2);
+    auto up = tz::cuda::uploader::create(0).value();
+    auto src = std::make_shared<tz::memory_source>(write_floats(40, 200 * kib), "mem-pinned");
+    emu::reset_peaks();
+    const auto before = emu::snapshot();
+    tz::device_load_options o;
+    o.slot_count = 5;
+    o.slot_bytes = 256 * kib;
+    auto t = load(sched, up, src, o);
+    REQUIRE(ok(t));
+    CHECK(all_floats_match(*t, 200 * kib));
+    const auto after = emu::snapshot();
+    CHECK(after.pageable_copies == before.pageable_copies);
+    CHECK(after.copies > before.copies);
+    CHECK(after.host_bytes_max - before.host_bytes <= t->ring_bytes());
+    CHECK(after.host_allocations == 0);  // the load's own ring is gone with the load
+  }
+  check_nothing_alive();
+}
