@@ -165,6 +165,7 @@ result<tensor_header> parse_tensor_header(std::span<const std::byte> bytes, cons
   TZ_TRY(data_length, c.uint(8, "data_length"));
   if (data_length >> 63) return c.fail("data_length", "negative data length");
   h.data_length = data_length;
+  h.data_offset = entry.data_offset;
   TZ_CHECK(check_against_entry(h, fh, entry, source));
   // H (FORMAT.md §8.2): the header with hash values zeroed and the crypt block cut out.
   h.hash_prefix.assign(bytes.begin(), bytes.end());
@@ -188,17 +189,18 @@ void tensor_verifier::update(std::span<const std::byte> bytes) noexcept {
 
 result<void> tensor_verifier::finish(std::string_view source) {
   const auto sha = sha_.finish();
+  const std::string what = std::string(source) + ": tensor '" + header_->name + "' (data at offset " +
+                           std::to_string(header_->data_offset) + ", " + std::to_string(header_->data_length) +
+                           " bytes)";
   for (const auto& sh : header_->hashes) {
     if (sh.kind == hash_kind::crc32) {
       std::uint32_t stored = 0;
       for (std::size_t i = 0; i < 4; ++i) stored |= std::uint32_t{sh.value[i]} << (8 * i);
       if (stored != crc_.value())
-        return make_error(errc::hash_mismatch, std::string(source) + ": tensor '" + header_->name +
-                                                   "' failed CRC32 verification: expected " + std::to_string(stored) +
-                                                   ", got " + std::to_string(crc_.value()));
+        return make_error(errc::hash_mismatch, what + " failed CRC32 verification: expected " +
+                                                   std::to_string(stored) + ", got " + std::to_string(crc_.value()));
     } else if (!std::equal(sh.value.begin(), sh.value.end(), sha.begin())) {
-      return make_error(errc::hash_mismatch, std::string(source) + ": tensor '" + header_->name +
-                                                 "' failed SHA256 verification: expected " + to_hex(sh.value) +
+      return make_error(errc::hash_mismatch, what + " failed SHA256 verification: expected " + to_hex(sh.value) +
                                                  ", got " + to_hex(sha));
     }
   }

@@ -27,7 +27,7 @@ namespace {
 
 template <class T>
 bool ok(const tz::result<T>& r) {
-  if (!r) MESSAGE("unexpected error: " << r.error().message);
+  if (!r) MESSAGE("unexpected error (" << tz::errc_name(r.error().code) << "): " << r.error().message);
   return r.has_value();
 }
 

@@ -106,6 +106,7 @@ struct tensor_header {
   std::optional<crypt_info> crypt;
   std::size_t crypt_begin = 0, crypt_end = 0;  // byte range of the crypt block (u64 prefix included)
   std::uint64_t data_length = 0;
+  std::uint64_t data_offset = 0;  // in the file (from the index entry), for messages
   // H of FORMAT.md §8.2: the header with hash values zeroed and the crypt block cut out.
   std::vector<std::byte> hash_prefix;
 };
