@@ -6,7 +6,9 @@
 // side's own limit (page-cache copy bandwidth, or the disk when cold). Warm loads run both ways:
 // through the staging ring, and direct from the page cache (chunks of the mapped file pinned in
 // place, read-only, and copied from there); a third reference times pinning and unpinning those
-// chunks alone, with no copy. --references adds the host side's limits with DMA running: the
+// chunks alone, with no copy. A fourth reference, the plainest pipeline (threads preading into
+// their own pinned slots and copying with cudaMemcpyAsync, no engine), separates what the engine
+// costs from what the host costs. --references adds the host side's limits with DMA running: the
 // same reads (pread, or a populated mapping and memcpy) while pinned copies of another buffer go
 // to the device, which shows how much each slows the other on this host's memory.
 // Without --file it writes a synthetic .tensors file. Exits 77 without a GPU.
@@ -240,6 +242,65 @@ read_ref read_limit_gbps(const options& o, unsigned threads, bool cold, read_how
   return {median(gbps), dma_gbps.empty() ? 0 : median(dma_gbps)};
 }
 
+// The plainest pipeline on the same resources, without the engine: `threads` threads share the
+// ring's slots (thread t owns slots t, t + threads, ...), and each preads the next slot-sized piece of
+// the file into a free slot of its own, uploads it with cudaMemcpyAsync to the same offset of one
+// file-sized device buffer and, once all its slots are in flight, waits for its oldest copy. No
+// coroutines, plan, lease ring or completion threads: the gap between this and a load is what the
+// engine costs; the gap between this and the limit is what the host costs. GB/s, median of runs.
+double pipeline_gbps(const options& o, tz::cuda::uploader& up, unsigned threads) {
+  auto src = tz::unwrap(tz::file_source::open(o.file));
+  const std::uint64_t size = src->size_bytes();
+  const int fd = ::open(o.file.c_str(), O_RDONLY);
+  if (fd < 0) return 0;
+  threads = std::max<unsigned>(1, std::min<std::size_t>(threads, o.slot_count));
+  std::vector<tz::cuda::pinned_buffer> slots;
+  for (std::size_t i = 0; i < o.slot_count; ++i) slots.push_back(tz::unwrap(tz::cuda::alloc_pinned(o.slot_bytes)));
+  std::vector<double> gbps;
+  std::atomic<bool> failed{false};
+  for (int run = 0; run < o.runs + 1; ++run) {  // run 0 warms up
+    std::atomic<std::uint64_t> next{0};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto dev = tz::unwrap(tz::cuda::alloc_device(o.device, size));  // timed, as a load's destination is
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        std::vector<std::size_t> mine;
+        for (std::size_t i = t; i < o.slot_count; i += threads) mine.push_back(i);
+        std::vector<tz::cuda::upload_ticket> in_flight(mine.size());
+        for (std::size_t k = 0;; ++k) {
+          const std::size_t slot = k % mine.size();
+          if (!up.wait(in_flight[slot])) failed = true;  // the slot's previous copy (empty: done)
+          const std::uint64_t off = next.fetch_add(o.slot_bytes);
+          if (off >= size) break;
+          const std::size_t n = std::min<std::uint64_t>(o.slot_bytes, size - off);
+          auto& buffer = slots[mine[slot]];
+          if (::pread(fd, buffer.data(), n, static_cast<off_t>(off)) != static_cast<ssize_t>(n)) {
+            failed = true;
+            break;
+          }
+          auto ticket = up.upload(buffer.bytes().first(n), dev, off);
+          if (!ticket) {
+            failed = true;
+            break;
+          }
+          in_flight[slot] = std::move(*ticket);
+        }
+        for (auto& ticket : in_flight) static_cast<void>(up.wait(ticket));
+      });
+    }
+    for (auto& th : pool) th.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (run > 0) gbps.push_back(static_cast<double>(size) / s / 1e9);
+  }
+  ::close(fd);
+  if (failed) {
+    std::fprintf(stderr, "gpu_load_bench: the plain pipeline failed (read or upload)\n");
+    return 0;
+  }
+  return median(gbps);
+}
+
 // The direct path's own cost: `threads` threads pin and unpin the mapped (cached) file in
 // chunk-sized pieces, read-only, with no copy. GB/s of file pinned, median of runs.
 double register_limit_gbps(const options& o, unsigned threads) {
@@ -374,7 +435,17 @@ int main(int argc, char** argv) {
     std::printf("mmap  %7.2f GB/s  the same while pinned copies of another buffer run (at %.2f GB/s)\n",
                 mapped_busy.gbps, mapped_busy.dma_gbps);
   }
-  if (o.ring_path) print("warm ring", measure(o, sched, up, *ring, false, tz::direct_mode::off), limit);
+  if (o.ring_path) {
+    // The same worker count a load uses for its readers by default (device_load.cpp).
+    const unsigned pipe_threads = o.readers != 0 ? o.readers
+                                                 : std::max<unsigned>(1, std::min<std::size_t>(2 * n, o.slot_count * 3 / 4));
+    const double pipe = pipeline_gbps(o, up, pipe_threads);
+    std::printf("pipe  %7.2f GB/s  %.3fx limit: %u threads pread into their own slots of the ring + cudaMemcpyAsync, "
+                "no engine\n", pipe, pipe / limit, pipe_threads);
+    const run_result warm = measure(o, sched, up, *ring, false, tz::direct_mode::off);
+    print("warm ring", warm, limit);
+    std::printf("            %.3fx the plain pipeline\n", pipe > 0 ? warm.gbps / pipe : 0.0);
+  }
   if (o.direct_path) {
     const double pin = register_limit_gbps(o, sched.thread_count());
     std::printf("pin   %7.2f GB/s  page cache pinned + unpinned in place, %zu MiB chunks on %u threads, no copy\n", pin,
