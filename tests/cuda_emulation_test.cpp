@@ -6,8 +6,9 @@
 #include "tz/cuda_emulation.hpp"
 #include "tz/device_load.hpp"
 #include "tz/format/encryption.hpp"
-#include "tz/format/writer.hpp"
 #include "tz/memory_source.hpp"
+
+#include "float_model.hpp"
 
 #include <doctest/doctest.h>
 
@@ -15,8 +16,6 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -33,44 +32,19 @@ bool ok(const tz::result<T>& r) {
 constexpr std::size_t kib = 1024;
 constexpr std::size_t mib = 1024 * kib;
 
-// `count` float32 tensors, tensor i holding i * 1000 + k, of base_bytes / 4 + 3 i elements; the
-// file's bytes (written through the real writer, then read back).
+// A write_floats model (float_model.hpp) as bytes.
 std::vector<std::byte> write_floats(std::size_t count, std::size_t base_bytes,
                                     tz::format::tensor_encryptor* enc = nullptr) {
   const std::string path = std::string(TZ_BINARY_DIR) + "/cuda_emulation_test_" + std::to_string(::getpid());
-  auto w = tz::format::tensor_writer::create(path, {enc}).value();
-  auto f32 = tz::format::dtype_from_torch("torch.float32").value();
-  for (std::size_t i = 0; i < count; ++i) {
-    std::vector<float> v(base_bytes / 4 + i * 3);
-    for (std::size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(i * 1000 + k);
-    tz::format::tensor_write t;
-    t.path = tz::format::plain_path("t" + std::to_string(i));
-    t.dtype = f32;
-    t.shape = {v.size()};
-    t.data = std::as_bytes(std::span<const float>(v));
-    REQUIRE(ok(w.write(t)));
-  }
-  REQUIRE(ok(w.close()));
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(path.c_str());
-  std::vector<std::byte> out(c.size());
-  std::memcpy(out.data(), c.data(), c.size());
-  return out;
+  return tz_test::write_floats(path, count, base_bytes, enc);
 }
 
 // Every tensor of `t` downloaded and compared with what write_floats wrote.
 bool all_floats_match(const tz::device_tensors& t, std::size_t base_bytes) {
   for (std::size_t i = 0; i < t.size(); ++i) {
-    const std::size_t index = std::stoul(t.entry(i).name.substr(1));
-    const std::size_t n = base_bytes / 4 + index * 3;
-    std::vector<float> got(n);
-    if (t.size_bytes(i) != n * 4) return false;
-    auto r = tz::cuda::download(t.buffer(), t.device_offset(i), std::as_writable_bytes(std::span<float>(got)));
-    if (!r) return false;
-    for (std::size_t k = 0; k < n; ++k) {
-      if (got[k] != static_cast<float>(index * 1000 + k)) return false;
-    }
+    std::vector<std::byte> got(t.size_bytes(i));
+    if (!tz::cuda::download(t.buffer(), t.device_offset(i), got)) return false;
+    if (!tz_test::floats_match(got, std::stoul(t.entry(i).name.substr(1)), base_bytes)) return false;
   }
   return true;
 }

@@ -11,6 +11,8 @@
 #include "tz/hash.hpp"
 #include "tz/memory_source.hpp"
 
+#include "float_model.hpp"
+
 #include <boost/json/src.hpp>
 
 #include <doctest/doctest.h>
@@ -35,14 +37,6 @@ std::string vectors_dir() { return std::string(TZ_SHARED_DIR) + "/vectors"; }
 
 std::string temp_path(const std::string& stem) {
   return std::string(TZ_BINARY_DIR) + "/device_load_test_" + stem + "_" + std::to_string(::getpid());
-}
-
-std::vector<std::byte> slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(c.size());
-  std::memcpy(out.data(), c.data(), c.size());
-  return out;
 }
 
 boost::json::value read_json(const std::string& path) {
@@ -256,37 +250,8 @@ std::vector<std::byte> download(const tz::device_tensors& t, std::size_t i) {
 
 std::shared_ptr<tz::byte_source> open_file(const std::string& path) { return tz::file_source::open(path).value(); }
 
-// Writes `count` float32 tensors, tensor i holding i * 1000 + k, of n_i = base / 4 + 3 i elements.
-std::vector<std::byte> write_floats(const std::string& path, std::size_t count, std::size_t base_bytes,
-                                    tz::format::tensor_encryptor* enc = nullptr) {
-  auto w = tz::format::tensor_writer::create(path, {enc}).value();
-  auto f32 = tz::format::dtype_from_torch("torch.float32").value();
-  for (std::size_t i = 0; i < count; ++i) {
-    std::vector<float> v(base_bytes / 4 + i * 3);
-    for (std::size_t k = 0; k < v.size(); ++k) v[k] = static_cast<float>(i * 1000 + k);
-    tz::format::tensor_write t;
-    t.path = tz::format::plain_path("t" + std::to_string(i));
-    t.dtype = f32;
-    t.shape = {v.size()};
-    t.data = std::as_bytes(std::span<const float>(v));
-    REQUIRE(ok(w.write(t)));
-  }
-  REQUIRE(ok(w.close()));
-  auto bytes = slurp(path);
-  std::remove(path.c_str());
-  return bytes;
-}
-
-bool floats_match(std::span<const std::byte> got, std::size_t i, std::size_t base_bytes) {
-  const std::size_t n = base_bytes / 4 + i * 3;
-  if (got.size() != n * 4) return false;
-  for (std::size_t k = 0; k < n; ++k) {
-    float f;
-    std::memcpy(&f, got.data() + 4 * k, 4);
-    if (f != static_cast<float>(i * 1000 + k)) return false;
-  }
-  return true;
-}
+using tz_test::floats_match;
+using tz_test::write_floats;
 
 void check_floats(const tz::device_tensors& t, std::size_t base_bytes) {
   for (std::size_t i = 0; i < t.size(); ++i) {
