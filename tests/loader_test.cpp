@@ -8,6 +8,8 @@
 #include "tz/loader.hpp"
 #include "tz/memory_source.hpp"
 
+#include "float_model.hpp"
+
 #include <boost/json.hpp>  // compiled once, in tz::format (format/json.cpp)
 
 #include <doctest/doctest.h>
@@ -74,17 +76,8 @@ std::string temp_path(const char* stem) {
   return std::string(TZ_BINARY_DIR) + "/loader_test_" + stem + "_" + std::to_string(::getpid());
 }
 
-// Expected bytes of tensor i of make_tensors_file.
-bool tensor_matches(std::span<const std::byte> got, std::size_t i, std::size_t base_bytes) {
-  std::size_t n = base_bytes / 4 + i * 3;
-  if (got.size() != n * 4) return false;
-  for (std::size_t k = 0; k < n; ++k) {
-    float f;
-    std::memcpy(&f, got.data() + 4 * k, 4);
-    if (f != static_cast<float>(i * 1000 + k)) return false;
-  }
-  return true;
-}
+// Expected bytes of tensor i of make_tensors_file (the model of float_model.hpp).
+constexpr auto tensor_matches = tz_test::floats_match;
 
 }  // namespace
 
