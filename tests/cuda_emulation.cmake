@@ -7,7 +7,7 @@ set(tz_emulation_dir ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emulation)
 add_library(tz_cuda_emulated STATIC
   ${PROJECT_SOURCE_DIR}/cuda/cuda_common.cpp ${PROJECT_SOURCE_DIR}/cuda/dlpack.cpp
   ${PROJECT_SOURCE_DIR}/cuda/cuda_runtime.cpp ${PROJECT_SOURCE_DIR}/cuda/cuda_uploader.cpp
-  ${tz_emulation_dir}/runtime.cpp)
+  ${tz_emulation_dir}/control.cpp ${tz_emulation_dir}/memory.cpp ${tz_emulation_dir}/streams.cpp)
 # cuda_runtime.h comes from the emulation, never from the toolkit.
 target_include_directories(tz_cuda_emulated BEFORE PRIVATE ${tz_emulation_dir})
 target_include_directories(tz_cuda_emulated PUBLIC ${tz_emulation_dir}/include)
