@@ -8,7 +8,8 @@
 // place, read-only, and copied from there); a third reference times pinning and unpinning those
 // chunks alone, with no copy. A fourth reference, the plainest pipeline (threads preading into
 // their own pinned slots and copying with cudaMemcpyAsync, no engine), separates what the engine
-// costs from what the host costs. --references adds the host side's limits with DMA running: the
+// costs from what the host costs. --configs compares more rings (slots x size, readers) in the same
+// run, each load against its own plain pipeline. --references adds the host side's limits with DMA running: the
 // same reads (pread, or a populated mapping and memcpy) while pinned copies of another buffer go
 // to the device, which shows how much each slows the other on this host's memory.
 // Without --file it writes a synthetic .tensors file. Exits 77 without a GPU.
@@ -58,6 +59,13 @@ struct options {
   std::size_t pinned_bytes = 0;        // direct path: pinned at once (0: the ring's size)
   unsigned direct_threads = 4;         // direct path: pinning threads
   std::vector<double> fractions = {0.25, 0.35, 0.5, 1.0};  // direct shares of a warm load
+  // --configs: more rings to compare in the same run, each against its own plain pipeline.
+  struct ring_config {
+    std::size_t slot_count = 0;
+    std::size_t slot_bytes = 0;
+    unsigned readers = 0;  // 0: automatic
+  };
+  std::vector<ring_config> configs;
 };
 
 [[noreturn]] void usage() {
@@ -65,7 +73,8 @@ struct options {
                "usage: gpu_load_bench [--smoke] [--file F] [--size-mib N] [--slots N] [--slot-mib N] [--readers N]\n"
                "                      [--threads N] [--streams N] [--runs N] [--device cuda:N] [--no-cold] [--verify]\n"
                "                      [--keep] [--references] [--async-punt] [--path ring|direct|both] [--chunk-mib N]\n"
-               "                      [--pinned-mib N] [--direct-threads N] [--fractions F,F,...]\n");
+               "                      [--pinned-mib N] [--direct-threads N] [--fractions F,F,...]\n"
+               "                      [--configs SLOTSxMIB[:READERS],...]   (more rings, e.g. 32x2,16x4:16,8x8)\n");
   std::exit(2);
 }
 
@@ -109,6 +118,22 @@ options parse(int argc, char** argv) {
         const auto comma = list.find(',');
         o.fractions.push_back(std::strtod(std::string(list.substr(0, comma)).c_str(), nullptr));
         list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+      }
+    }
+    else if (a == "--configs") {
+      for (std::string_view list = next(); !list.empty();) {
+        const auto comma = list.find(',');
+        const std::string item(list.substr(0, comma));
+        list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+        options::ring_config c;
+        unsigned long long slots = 0, slot_mib = 0;
+        unsigned readers = 0;
+        const int got = std::sscanf(item.c_str(), "%llux%llu:%u", &slots, &slot_mib, &readers);
+        if (got < 2 || slots == 0 || slot_mib == 0) usage();
+        c.slot_count = slots;
+        c.slot_bytes = slot_mib * mib;
+        c.readers = got == 3 ? readers : 0;
+        o.configs.push_back(c);
       }
     }
     else usage();
@@ -435,16 +460,30 @@ int main(int argc, char** argv) {
     std::printf("mmap  %7.2f GB/s  the same while pinned copies of another buffer run (at %.2f GB/s)\n",
                 mapped_busy.gbps, mapped_busy.dma_gbps);
   }
+  // The same reader count a load uses by default (device_load.cpp).
+  auto readers_for = [n](const options& c) {
+    return c.readers != 0 ? c.readers : std::max<unsigned>(1, std::min<std::size_t>(2 * n, c.slot_count * 3 / 4));
+  };
   if (o.ring_path) {
-    // The same worker count a load uses for its readers by default (device_load.cpp).
-    const unsigned pipe_threads = o.readers != 0 ? o.readers
-                                                 : std::max<unsigned>(1, std::min<std::size_t>(2 * n, o.slot_count * 3 / 4));
-    const double pipe = pipeline_gbps(o, up, pipe_threads);
+    const double pipe = pipeline_gbps(o, up, readers_for(o));
     std::printf("pipe  %7.2f GB/s  %.3fx limit: %u threads pread into their own slots of the ring + cudaMemcpyAsync, "
-                "no engine\n", pipe, pipe / limit, pipe_threads);
+                "no engine\n", pipe, pipe / limit, readers_for(o));
     const run_result warm = measure(o, sched, up, *ring, false, tz::direct_mode::off);
     print("warm ring", warm, limit);
     std::printf("            %.3fx the plain pipeline\n", pipe > 0 ? warm.gbps / pipe : 0.0);
+  }
+  for (const auto& config : o.configs) {
+    options c = o;
+    c.slot_count = config.slot_count;
+    c.slot_bytes = config.slot_bytes;
+    c.readers = config.readers;
+    auto other = tz::unwrap(tz::make_pinned_ring(c.slot_count, c.slot_bytes));
+    const double pipe = pipeline_gbps(c, up, readers_for(c));
+    const run_result warm = measure(c, sched, up, *other, false, tz::direct_mode::off);
+    std::printf("ring %3zu x %2zu MiB, %2u readers: pipe %7.2f GB/s %.3fx limit | load %7.2f GB/s %.3fx limit, %.3fx pipe "
+                "| prepare %.3f s, read %.3f, h2d-wait %.3f worker-s\n",
+                c.slot_count, c.slot_bytes / mib, readers_for(c), pipe, pipe / limit, warm.gbps, warm.gbps / limit,
+                pipe > 0 ? warm.gbps / pipe : 0.0, warm.timings.prepare_s, warm.timings.read_s, warm.timings.h2d_wait_s);
   }
   if (o.direct_path) {
     const double pin = register_limit_gbps(o, sched.thread_count());

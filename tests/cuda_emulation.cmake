@@ -28,7 +28,7 @@ if(TZ_BUILD_BENCH)
   add_executable(gpu_load_bench_emulated ${PROJECT_SOURCE_DIR}/bench/gpu_load_bench.cpp)
   target_link_libraries(gpu_load_bench_emulated PRIVATE tz_backends_emulated)
   tz_target_defaults(gpu_load_bench_emulated)
-  add_test(NAME gpu_load_bench_emulated_smoke COMMAND gpu_load_bench_emulated --smoke)
+  add_test(NAME gpu_load_bench_emulated_smoke COMMAND gpu_load_bench_emulated --smoke --configs 8x2,2x4:1)
 endif()
 
 # The CLI's `load --device` (tools/CMakeLists.txt builds tensorizer_emulated): local files, and over
