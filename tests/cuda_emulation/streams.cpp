@@ -23,6 +23,11 @@ std::shared_ptr<CUevent_st> find_event(cudaEvent_t e) {
   return it == rt().events.end() ? nullptr : it->second;
 }
 
+std::shared_ptr<CUevent_st> locked_find_event(cudaEvent_t e) {
+  std::lock_guard lock(rt().mutex);
+  return find_event(e);
+}
+
 void execute(CUstream_st& s, operation& op) {
   if (op.what != operation::kind::record && rt().config.copy_delay_max_us > 0) {
     std::uniform_int_distribution<std::uint32_t> delay(0, rt().config.copy_delay_max_us);
@@ -243,11 +248,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  std::shared_ptr<CUevent_st> e;
-  {
-    std::lock_guard lock(rt().mutex);
-    e = find_event(event);
-  }
+  const std::shared_ptr<CUevent_st> e = locked_find_event(event);
   if (e == nullptr) return fail(cudaErrorInvalidResourceHandle);
   std::lock_guard lock(e->mutex);
   if (e->completed < e->recorded) return cudaErrorNotReady;
@@ -255,11 +256,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  std::shared_ptr<CUevent_st> e;
-  {
-    std::lock_guard lock(rt().mutex);
-    e = find_event(event);
-  }
+  const std::shared_ptr<CUevent_st> e = locked_find_event(event);
   if (e == nullptr) return fail(cudaErrorInvalidResourceHandle);
   std::unique_lock lock(e->mutex);
   const std::uint64_t target = e->recorded;
