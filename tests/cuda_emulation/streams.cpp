@@ -23,6 +23,23 @@ std::shared_ptr<CUevent_st> find_event(cudaEvent_t e) {
   return it == rt().events.end() ? nullptr : it->second;
 }
 
+// The stream, and the device bytes [device, device + size_bytes) as `op.dst` (in the backing of an
+// allocation on the stream's device). Caller holds rt().mutex. cudaSuccess with a null stream: a
+// zero-length operation, nothing to queue.
+cudaError_t resolve(cudaStream_t stream, void* device, std::size_t size_bytes, CUstream_st*& s, operation& op) {
+  s = find_stream(stream);
+  if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
+  if (size_bytes == 0) {
+    s = nullptr;
+    return cudaSuccess;
+  }
+  device_allocation* a = find_device_range(device, size_bytes);
+  if (a == nullptr || a->device != s->device) return fail(cudaErrorInvalidValue);
+  op.dst = a->backing + (static_cast<std::byte*>(device) - a->address);
+  op.size_bytes = size_bytes;
+  return cudaSuccess;
+}
+
 std::shared_ptr<CUevent_st> locked_find_event(cudaEvent_t e) {
   std::lock_guard lock(rt().mutex);
   return find_event(e);
@@ -121,13 +138,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t size_bytes, 
   {
     runtime& r = rt();
     std::lock_guard lock(r.mutex);
-    s = find_stream(stream);
-    if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
-    if (size_bytes == 0) return cudaSuccess;
-    device_allocation* a = find_device_range(dst, size_bytes);
-    if (a == nullptr || a->device != s->device) return fail(cudaErrorInvalidValue);
-    op.dst = a->backing + (static_cast<std::byte*>(dst) - a->address);
-    op.size_bytes = size_bytes;
+    if (cudaError_t rc = resolve(stream, dst, size_bytes, s, op); rc != cudaSuccess || s == nullptr) return rc;
     const auto* from = static_cast<const std::byte*>(src);
     if (is_pinned(src, size_bytes)) {
       op.src = from;
@@ -150,13 +161,7 @@ cudaError_t cudaMemsetAsync(void* device, int value, std::size_t size_bytes, cud
   CUstream_st* s = nullptr;
   {
     std::lock_guard lock(rt().mutex);
-    s = find_stream(stream);
-    if (s == nullptr) return fail(cudaErrorInvalidResourceHandle);
-    if (size_bytes == 0) return cudaSuccess;
-    device_allocation* a = find_device_range(device, size_bytes);
-    if (a == nullptr || a->device != s->device) return fail(cudaErrorInvalidValue);
-    op.dst = a->backing + (static_cast<std::byte*>(device) - a->address);
-    op.size_bytes = size_bytes;
+    if (cudaError_t rc = resolve(stream, device, size_bytes, s, op); rc != cudaSuccess || s == nullptr) return rc;
     op.value = value;
   }
   push(*s, std::move(op));
