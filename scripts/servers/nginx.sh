@@ -61,18 +61,20 @@ CONF
     for attempt in 1 2 3; do
       echo "== attempt $attempt $(date -u +%T)" >> "$P/logs/stdout.log"
       "$NGINX" -e stderr -p "$P" -c nginx.conf >> "$P/logs/stdout.log" 2>&1 < /dev/null &
-      echo $! > "$P/nginx.pid"; echo $HTTP > "$P/port"
+      # The loop below uses $npid, never the file: nginx rewrites nginx.pid itself (truncate, then
+      # write), and a read in between saw an empty file, took nginx for dead and gave up.
+      npid=$!; echo $npid > "$P/nginx.pid"; echo $HTTP > "$P/port"
       for _ in $(seq 1 600); do
         # The port answers, and it is ours: nginx reported no [emerg] (a failed bind is reported
         # at once while nginx retries it, and whatever holds the port would still answer).
         if (exec 3<>"/dev/tcp/127.0.0.1/$HTTP") 2>/dev/null; then
           sleep 0.2
-          if ! sed -n "/^== attempt $attempt /,\$p" "$P/logs/stdout.log" | grep -q "\[emerg\]"; then exit 0; fi
-          kill "$(cat "$P/nginx.pid")" 2>/dev/null || true; wait "$(cat "$P/nginx.pid")" 2>/dev/null || true; break
+          if ! grep -q "\[emerg\]" <(sed -n "/^== attempt $attempt /,\$p" "$P/logs/stdout.log"); then exit 0; fi
+          kill "$npid" 2>/dev/null || true; wait "$npid" 2>/dev/null || true; break
         fi
-        kill -0 "$(cat "$P/nginx.pid")" 2>/dev/null || break; sleep 0.05
+        kill -0 "$npid" 2>/dev/null || break; sleep 0.05
       done
-      kill -0 "$(cat "$P/nginx.pid")" 2>/dev/null && break   # alive but never listening: give up
+      kill -0 "$npid" 2>/dev/null && break   # alive but never listening: give up
       sleep 0.5
     done
     echo "nginx did not come up, see $P/logs" >&2; cat "$P/logs/stdout.log" >&2
