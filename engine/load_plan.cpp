@@ -1,118 +1,107 @@
-// Planning: group selected tensors into contiguous runs, then cut runs into bounded reads.
+// Planning: pack whole tensors into bounded reads, cut large ones at aligned points, and order
+// the parts of split tensors so that several hash at once.
 #include "tz/load_plan.hpp"
 
-#include "tz/host_memory.hpp"
-
 #include <algorithm>
-#include <cassert>
 #include <numeric>
+#include <string>
 
 namespace tz {
 
 namespace {
 
-// A contiguous stretch of the file holding selected tensors (and small gaps between them).
-struct run {
-  std::uint64_t offset_bytes = 0;
-  std::uint64_t end_bytes = 0;
-  std::vector<plan_piece> pieces;
-};
+std::uint64_t extent_begin(const format::tensor_entry& e, bool with_headers) {
+  return with_headers ? e.header_offset : e.data_offset;
+}
 
-std::vector<run> make_runs(std::span<const format::tensor_entry* const> selected, bool with_headers,
-                           const plan_options& options, load_plan& plan) {
-  std::vector<run> runs;
-  for (std::uint32_t slot = 0; slot < selected.size(); ++slot) {
-    const format::tensor_entry& e = *selected[slot];
-    std::uint64_t begin = with_headers ? e.header_offset : e.data_offset;
-    std::uint64_t end = e.end_offset();
-    plan.tensor_read_bytes[slot] = end - begin;
-    plan.data_bytes += e.data_length;
-    if (end == begin) continue;  // nothing stored: zero-size or meta tensor without a header read
-    if (runs.empty() || begin < runs.back().end_bytes || begin - runs.back().end_bytes > options.gap_merge_bytes) {
-      runs.push_back({begin, begin, {}});
-    } else if (begin > runs.back().end_bytes) {
-      std::uint64_t gap = begin - runs.back().end_bytes;
-      runs.back().pieces.push_back({plan_piece::kind::gap, slot, runs.back().end_bytes, gap, plan.side_bytes});
-      plan.side_bytes += gap;
-    }
-    run& r = runs.back();
-    if (e.data_offset > begin) {
-      plan.header_side_offset[slot] = plan.side_bytes;
-      r.pieces.push_back({plan_piece::kind::header, slot, begin, e.data_offset - begin, plan.side_bytes});
-      plan.side_bytes += e.data_offset - begin;
-    }
-    if (e.data_length > 0) r.pieces.push_back({plan_piece::kind::data, slot, e.data_offset, e.data_length, 0});
-    r.end_bytes = end;
+// Builds the ranges as it walks the selection; `open` is the range being packed.
+struct range_packer {
+  const plan_options& options;
+  load_plan& plan;
+  load_range open;
+
+  void close() {
+    if (open.length_bytes == 0) return;
+    plan.read_bytes += open.length_bytes;
+    plan.ranges.push_back(std::move(open));
+    open = load_range{};
   }
-  return runs;
-}
 
-// How much of a data piece (already `done` bytes in) fits into `room` bytes, respecting the split
-// alignment; 0 when nothing aligned fits and the caller should start a new range.
-std::uint64_t data_take(const plan_piece& p, std::uint64_t data_begin, std::uint64_t done, std::uint64_t room,
-                        std::uint64_t align) {
-  std::uint64_t left = p.length_bytes - done;
-  if (left <= room) return left;
-  std::uint64_t rel_end = (p.offset_bytes - data_begin) + done + room;  // relative to data start
-  std::uint64_t aligned_end = rel_end / align * align;
-  std::uint64_t rel_done = (p.offset_bytes - data_begin) + done;
-  return aligned_end > rel_done ? aligned_end - rel_done : 0;
-}
-
-void cut_run(const run& r, std::span<const format::tensor_entry* const> selected, const plan_options& options,
-             load_plan& plan) {
-  // Place the run in the mirror at the same offset modulo a page as in the file.
-  std::uint64_t base = (plan.mirror_bytes + page_bytes - 1) / page_bytes * page_bytes + r.offset_bytes % page_bytes;
-  plan.mirror_bytes = base + (r.end_bytes - r.offset_bytes);
-  auto mirror_of = [&](std::uint64_t file_offset) { return base + (file_offset - r.offset_bytes); };
-
-  load_range cur{r.offset_bytes, 0, mirror_of(r.offset_bytes), {}};
-  auto close = [&] {
-    if (cur.length_bytes == 0) return;
-    std::uint64_t next = cur.offset_bytes + cur.length_bytes;
-    plan.read_bytes += cur.length_bytes;
-    plan.ranges.push_back(std::move(cur));
-    cur = load_range{next, 0, mirror_of(next), {}};
-  };
-  for (const plan_piece& p : r.pieces) {
-    if (p.what == plan_piece::kind::data) plan.mirror_data_offset[p.slot] = mirror_of(p.offset_bytes);
-    if (p.what == plan_piece::kind::header) plan.mirror_data_offset[p.slot] = mirror_of(p.offset_bytes + p.length_bytes);
-    if (p.what != plan_piece::kind::data) {
-      // Headers and gaps are small and never split.
-      if (cur.length_bytes > 0 && cur.length_bytes + p.length_bytes > options.range_bytes) close();
-      cur.pieces.push_back(p);
-      cur.length_bytes += p.length_bytes;
-      continue;
-    }
-    std::uint64_t data_begin = selected[p.slot]->data_offset;
-    std::uint64_t done = 0;
-    while (done < p.length_bytes) {
-      std::uint64_t room = options.range_bytes > cur.length_bytes ? options.range_bytes - cur.length_bytes : 0;
-      std::uint64_t take = data_take(p, data_begin, done, room, options.split_align_bytes);
-      if (take == 0 && cur.length_bytes > 0) {
+  // Appends a whole tensor (header and data) to the open range, or to a fresh one when it does not
+  // fit or the gap before it is too large to read through.
+  void add_whole(std::uint32_t tensor, const format::tensor_entry& e) {
+    const std::uint64_t begin = extent_begin(e, options.with_headers);
+    const std::uint64_t end = e.end_offset();
+    if (end == begin) return;  // nothing stored and no header: nothing to read
+    if (open.length_bytes > 0) {
+      const std::uint64_t open_end = open.offset_bytes + open.length_bytes;
+      if (begin < open_end || begin - open_end > options.gap_merge_bytes || end - open.offset_bytes > options.range_bytes) {
         close();
-        continue;
+      } else if (begin > open_end) {
+        open.pieces.push_back({plan_piece::kind::gap, tensor, open_end, begin - open_end, 0});
       }
-      if (take == 0) take = std::min(p.length_bytes - done, options.split_align_bytes);  // one whole chunk
-      cur.pieces.push_back({plan_piece::kind::data, p.slot, p.offset_bytes + done, take, 0});
-      cur.length_bytes += take;
-      done += take;
-      if (cur.length_bytes >= options.range_bytes) close();
     }
+    if (open.length_bytes == 0) open.offset_bytes = begin;
+    if (e.data_offset > begin) open.pieces.push_back({plan_piece::kind::header, tensor, begin, e.data_offset - begin, 0});
+    if (e.data_length > 0) open.pieces.push_back({plan_piece::kind::data, tensor, e.data_offset, e.data_length, 0});
+    open.length_bytes = end - open.offset_bytes;
   }
-  close();
-}
+
+  // Cuts a large tensor's data into ranges of whole alignment units, one range each.
+  void add_split(std::uint32_t tensor, const format::tensor_entry& e, std::uint64_t align) {
+    close();
+    const std::uint64_t step = std::max(align, options.range_bytes / align * align);
+    std::uint32_t part = 0;
+    for (std::uint64_t done = 0; done < e.data_length; done += step) {
+      const std::uint64_t take = std::min(step, e.data_length - done);
+      load_range r;
+      r.offset_bytes = e.data_offset + done;
+      r.length_bytes = take;
+      r.pieces.push_back({plan_piece::kind::data, tensor, e.data_offset + done, take, done});
+      r.split_tensor = tensor;
+      r.part = part++;
+      plan.read_bytes += take;
+      plan.ranges.push_back(std::move(r));
+    }
+    plan.part_count[tensor] = part;
+  }
+};
 
 }  // namespace
 
-load_plan make_plan(std::span<const format::tensor_entry* const> selected, bool with_headers,
-                    const plan_options& options) {
-  assert(options.range_bytes > 0 && options.split_align_bytes > 0);
+bool needs_split(const format::tensor_entry& e, const plan_options& options) noexcept {
+  return e.end_offset() - extent_begin(e, options.with_headers) > options.range_bytes;
+}
+
+result<load_plan> make_plan(std::span<const format::tensor_entry* const> selected,
+                            std::span<const std::uint64_t> split_align_bytes, const plan_options& options) {
+  if (options.range_bytes == 0 || options.range_limit_bytes < options.range_bytes) {
+    return make_error(errc::invalid_argument, "plan: the range size must be at least 1 byte and within its limit");
+  }
+  if (split_align_bytes.size() != selected.size()) {
+    return make_error(errc::invalid_argument, "plan: one split alignment per selected tensor is needed");
+  }
   load_plan plan;
-  plan.tensor_read_bytes.assign(selected.size(), 0);
-  plan.mirror_data_offset.assign(selected.size(), 0);
-  plan.header_side_offset.assign(selected.size(), 0);
-  for (const run& r : make_runs(selected, with_headers, options, plan)) cut_run(r, selected, options, plan);
+  plan.part_count.assign(selected.size(), 0);
+  range_packer packer{options, plan, {}};
+  for (std::uint32_t tensor = 0; tensor < selected.size(); ++tensor) {
+    const format::tensor_entry& e = *selected[tensor];
+    plan.data_bytes += e.data_length;
+    if (!needs_split(e, options)) {
+      packer.add_whole(tensor, e);
+      continue;
+    }
+    const std::uint64_t align = split_align_bytes[tensor];
+    if (align == 0) return make_error(errc::invalid_argument, "plan: tensor " + e.name + " has split alignment 0");
+    if (align > options.range_limit_bytes) {
+      return make_error(errc::unsupported,
+                        "tensor " + e.name + " must be split into whole units of " + std::to_string(align) +
+                            " bytes (its cipher chunks), larger than the " + std::to_string(options.range_limit_bytes) +
+                            "-byte staging slots; use larger slots");
+    }
+    packer.add_split(tensor, e, align);
+  }
+  packer.close();
   return plan;
 }
 
@@ -135,6 +124,41 @@ result<std::vector<const format::tensor_entry*>> select_in_file_order(const form
     out.push_back(&index.tensors[i]);  // parse_index guarantees data_length is 0 or the full size
   }
   return out;
+}
+
+void interleave_split_tensors(load_plan& plan, std::size_t end, std::size_t width) {
+  end = std::min(end, plan.ranges.size());
+  if (width < 2 || end < 2) return;
+  // Streams of range indices: one per split tensor (its parts, consecutive in the plan), one per
+  // whole range.
+  std::vector<std::vector<std::size_t>> streams;
+  for (std::size_t i = 0; i < end; ++i) {
+    const load_range& r = plan.ranges[i];
+    const bool continues = r.split_tensor != no_split && i > 0 && plan.ranges[i - 1].split_tensor == r.split_tensor;
+    if (continues) {
+      streams.back().push_back(i);
+    } else {
+      streams.push_back({i});
+    }
+  }
+  std::vector<std::size_t> order;
+  order.reserve(end);
+  struct cursor {
+    std::size_t stream = 0;
+    std::size_t next = 0;
+  };
+  std::vector<cursor> active;
+  std::size_t next_stream = 0;
+  while (order.size() < end) {
+    while (active.size() < width && next_stream < streams.size()) active.push_back({next_stream++, 0});
+    for (cursor& c : active) order.push_back(streams[c.stream][c.next++]);
+    std::erase_if(active, [&](const cursor& c) { return c.next == streams[c.stream].size(); });
+  }
+  std::vector<load_range> reordered;
+  reordered.reserve(plan.ranges.size());
+  for (std::size_t i : order) reordered.push_back(std::move(plan.ranges[i]));
+  for (std::size_t i = end; i < plan.ranges.size(); ++i) reordered.push_back(std::move(plan.ranges[i]));
+  plan.ranges = std::move(reordered);
 }
 
 }  // namespace tz

@@ -1,135 +1,236 @@
-// The loader's load entry points: selection checks, options, plan, and the two destination layouts.
-#include "pipeline_request.hpp"
+// Host loads: the pipeline with a host sink. Reads land straight in their destination, with no
+// staging: loader-owned memory (a mirror of the file's selected stretches) or the caller's spans.
+#include "pipeline.hpp"
+
+#include "tz/host_memory.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <new>
-#include <numeric>
 
 namespace tz {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
 constexpr std::uint64_t meta_align_bytes = 64;
 
-std::uint64_t auto_range_bytes(std::uint64_t read_bytes, unsigned readers, std::uint64_t align) {
+std::uint64_t align_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
+
+std::uint64_t auto_range_bytes(std::uint64_t read_bytes, unsigned readers) {
   // Big reads amortise the per-read cost; at least ~4 ranges per reader balance the workers.
   std::uint64_t target = read_bytes / (std::uint64_t{readers} * 4);
   target = std::clamp<std::uint64_t>(target, 1 << 20, 16 << 20);
-  target = std::max<std::uint64_t>(target / (64 << 10) * (64 << 10), 64 << 10);
-  return std::max(align, target / align * align);
+  return std::max<std::uint64_t>(target / (64 << 10) * (64 << 10), 64 << 10);
 }
 
-// Fills in the automatic knobs and plans the reads.
-void plan_request(loader::pipeline_request& req, const scheduler& sched) {
-  auto& o = req.options;
-  if (o.readers == 0) o.readers = 2 * sched.thread_count();
-  std::uint64_t align = o.stage ? std::max<std::uint64_t>(1, o.stage->split_align_bytes()) : 1;
-  std::uint64_t stored = 0;
-  for (const auto* e : req.selected) stored += e->end_offset() - e->header_offset;
-  if (o.range_bytes == 0) o.range_bytes = auto_range_bytes(stored, o.readers, align);
-  req.plan = make_plan(req.selected, req.with_headers, {o.range_bytes, 64 << 10, align});
-}
+// Loader-owned layout: the file's planned stretches back to back, each at the same offset modulo
+// 4 KiB as in the file, so a range lands as one span (O_DIRECT reads go straight in).
+class mirror_layout {
+ public:
+  explicit mirror_layout(const load_plan& plan) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;  // file [begin, end) of each range
+    for (const auto& r : plan.ranges) spans.emplace_back(r.offset_bytes, r.offset_bytes + r.length_bytes);
+    std::sort(spans.begin(), spans.end());  // verified plans interleave ranges
+    for (const auto& [begin, end] : spans) {
+      if (!runs_.empty() && runs_.back().file_end == begin) {
+        runs_.back().file_end = end;
+        bytes_ += end - begin;
+        continue;
+      }
+      const std::uint64_t base = align_up(bytes_, page_bytes) + begin % page_bytes;
+      runs_.push_back({begin, end, base});
+      bytes_ = base + (end - begin);
+    }
+  }
+  // Where file byte `file_offset` (inside a planned range) lives.
+  std::uint64_t at(std::uint64_t file_offset) const noexcept {
+    auto it = std::upper_bound(runs_.begin(), runs_.end(), file_offset,
+                               [](std::uint64_t off, const run& r) { return off < r.file_begin; });
+    --it;
+    return it->base + (file_offset - it->file_begin);
+  }
+  std::uint64_t bytes() const noexcept { return bytes_; }
+
+ private:
+  struct run {
+    std::uint64_t file_begin, file_end, base;
+  };
+  std::vector<run> runs_;
+  std::uint64_t bytes_ = 0;
+};
+
+// The host sink: no room to reserve, nothing to deliver; bytes land where they stay.
+class host_sink final : public sink {
+ public:
+  host_sink(const pipeline& p, const load_options& o) : p_(p), options_(o) {}
+
+  // Loader-owned memory: ranges land at base + layout.at(offset).
+  void use_mirror(std::byte* base, const mirror_layout* layout) {
+    base_ = base;
+    layout_ = layout;
+  }
+  // Caller memory: data lands in dst[tensor]; headers and gaps in a side buffer per range.
+  void use_scatter(std::vector<std::span<std::byte>> dst) { dst_ = std::move(dst); }
+
+  task<result<lease>> reserve() override { co_return lease{}; }
+
+  void place(const load_range& r, landing& where) override {
+    where.pieces.clear();
+    if (base_ != nullptr) {
+      where.whole = {base_ + layout_->at(r.offset_bytes), r.length_bytes};
+      // Fault fresh 4 KiB pages here, right before the copy lands in them (one madvise instead of
+      // a fault per page). Huge pages fault inside the copy: each 2 MiB page is zeroed and then
+      // overwritten while still in cache (load_bench, pre-touched memory: 14.4-18.3 GB/s without
+      // populating, 11.5-16.3 GB/s with).
+      if (options_.prefault && !options_.huge_pages) prefault(where.whole);
+      for (const plan_piece& piece : r.pieces)
+        where.pieces.push_back(where.whole.subspan(piece.offset_bytes - r.offset_bytes, piece.length_bytes));
+      return;
+    }
+    where.whole = {};
+    std::uint64_t side = 0;
+    for (const plan_piece& piece : r.pieces) side += piece.what == plan_piece::kind::data ? 0 : piece.length_bytes;
+    where.side.resize(side);
+    side = 0;
+    for (const plan_piece& piece : r.pieces) {
+      if (piece.what == plan_piece::kind::data) {
+        const auto& e = *p_.selected[piece.tensor];
+        where.pieces.push_back(dst_[piece.tensor].subspan(piece.offset_bytes - e.data_offset, piece.length_bytes));
+      } else {
+        where.pieces.push_back(std::span<std::byte>(where.side).subspan(side, piece.length_bytes));
+        side += piece.length_bytes;
+      }
+    }
+  }
+
+  result<void> deliver(const load_range&, landing&) override { return {}; }
+  task<void> drain() override { co_return; }
+
+ private:
+  const pipeline& p_;
+  const load_options& options_;
+  std::byte* base_ = nullptr;
+  const mirror_layout* layout_ = nullptr;
+  std::vector<std::span<std::byte>> dst_;
+};
 
 }  // namespace
 
-// Checks a selection and the file's encryption mode; entries in file order.
-static result<std::vector<const format::tensor_entry*>> select_entries(const format::file_index& index,
-                                                                       std::vector<std::size_t> which,
-                                                                       const load_options& options) {
-  if (options.stage == nullptr || options.decryption != nullptr)
-    TZ_CHECK(format::check_decryption_mode(index.header, options.decryption != nullptr, index.source));
-  return select_in_file_order(index, std::move(which));
+// The host loads, befriended by loader and loaded_tensors.
+struct host_load {
+  // Selection, encryption mode, knobs, header pass and plan.
+  static task<result<void>> prepare(scheduler& sched, const loader& l, pipeline& p, std::vector<std::size_t> which,
+                                    load_options& o) {
+    p.index = l.index_.get();
+    p.source = l.source_.get();
+    p.options = &o;
+    p.with_headers = l.kind_ == file_kind::tensorizer;
+    p.encrypted = p.with_headers && p.index->header.has_crypt_info();
+    if (p.with_headers) TZ_CO_CHECK(format::check_decryption_mode(p.index->header, o.decryption.has_value(), p.source->name()));
+    TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
+    p.selected = std::move(selected);
+    if (o.readers == 0) o.readers = 2 * sched.thread_count();
+    if (o.range_bytes == 0) o.range_bytes = auto_range_bytes(stored_bytes(p), o.readers);
+    plan_options popts;
+    popts.range_bytes = o.range_bytes;
+    co_return co_await prepare_plan(sched, p, popts, o.readers);
+  }
+
+  static load_timings timings(const pipeline& p, double prepare_s, double transfer_s, double open_s) {
+    load_timings t;
+    t.open_s = open_s;
+    t.prepare_s = prepare_s;
+    t.transfer_s = transfer_s;
+    t.total_s = prepare_s + transfer_s;
+    t.read_s = seconds_of(p.counters.read_ns);
+    t.verify_s = seconds_of(p.counters.verify_ns);
+    t.decrypt_s = seconds_of(p.counters.decrypt_ns);
+    return t;
+  }
+
+  static task<result<loaded_tensors>> own_memory(const loader& l, scheduler& sched, std::vector<std::size_t> which,
+                                                 load_options o);
+  static task<result<load_timings>> caller_memory(const loader& l, scheduler& sched, std::vector<tensor_destination> dst,
+                                                  load_options o);
+};
+
+task<result<loaded_tensors>> host_load::own_memory(const loader& l, scheduler& sched, std::vector<std::size_t> which,
+                                                   load_options o) {
+  const auto t0 = pipeline_clock::now();
+  pipeline p;
+  TZ_CO_CHECK(co_await prepare(sched, l, p, std::move(which), o));
+  // One allocation: the mirror of the planned stretches, then zeros for meta tensors.
+  const mirror_layout layout(p.plan);
+  std::uint64_t zero_offset = align_up(layout.bytes(), meta_align_bytes);
+  std::uint64_t total = zero_offset;
+  for (const auto* e : p.selected) total += e->is_meta() ? align_up(e->deserialized_bytes, meta_align_bytes) : 0;
+  loaded_tensors out;
+  try {
+    out.memory_ = host_buffer(total, o.huge_pages);
+  } catch (const std::bad_alloc&) {
+    co_return make_error(errc::io, l.source_->name() + ": cannot map " + std::to_string(total) + " bytes for the load");
+  }
+  std::byte* base = out.memory_.data();
+  for (const auto* e : p.selected) {
+    std::span<const std::byte> view;
+    if (e->data_length > 0) {
+      view = {base + layout.at(e->data_offset), e->deserialized_bytes};
+    } else if (e->is_meta()) {
+      view = {base + zero_offset, e->deserialized_bytes};  // the mapping starts zeroed
+      zero_offset += align_up(e->deserialized_bytes, meta_align_bytes);
+    }
+    out.views_.push_back(view);
+    out.bytes_ += view.size();
+  }
+  host_sink to(p, o);
+  to.use_mirror(base, &layout);
+  p.out = &to;
+  const double prepare_s = seconds_of(nanoseconds_since(t0));
+  const auto t1 = pipeline_clock::now();
+  TZ_CO_CHECK(co_await run_pipeline(sched, p, o.readers));
+  out.timings_ = timings(p, prepare_s, seconds_of(nanoseconds_since(t1)), l.open_s_);
+  out.data_bytes_ = p.plan.data_bytes;
+  out.entries_ = std::move(p.selected);
+  co_return out;
+}
+
+task<result<load_timings>> host_load::caller_memory(const loader& l, scheduler& sched,
+                                                    std::vector<tensor_destination> dst, load_options o) {
+  const auto t0 = pipeline_clock::now();
+  std::sort(dst.begin(), dst.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
+  std::vector<std::size_t> which;
+  for (const auto& d : dst) which.push_back(d.index);
+  if (which.empty()) co_return timings(pipeline{}, 0, 0, l.open_s_);  // nothing asked for (empty = all elsewhere)
+  pipeline p;
+  TZ_CO_CHECK(co_await prepare(sched, l, p, std::move(which), o));
+  std::vector<std::span<std::byte>> spans;
+  for (std::size_t i = 0; i < dst.size(); ++i) {
+    const auto& e = *p.selected[i];
+    if (dst[i].bytes.size() != e.deserialized_bytes) {
+      co_return make_error(errc::invalid_argument, l.source_->name() + ": destination for tensor " + e.name + " is " +
+                                                       std::to_string(dst[i].bytes.size()) + " bytes, expected " +
+                                                       std::to_string(e.deserialized_bytes));
+    }
+    if (e.is_meta()) std::memset(dst[i].bytes.data(), 0, dst[i].bytes.size());
+    spans.push_back(dst[i].bytes);
+  }
+  host_sink to(p, o);
+  to.use_scatter(std::move(spans));
+  p.out = &to;
+  const double prepare_s = seconds_of(nanoseconds_since(t0));
+  const auto t1 = pipeline_clock::now();
+  TZ_CO_CHECK(co_await run_pipeline(sched, p, o.readers));
+  co_return timings(p, prepare_s, seconds_of(nanoseconds_since(t1)), l.open_s_);
 }
 
 task<result<loaded_tensors>> loader::async_load(scheduler& sched, std::vector<std::size_t> which,
                                                 load_options options) {
-  auto t0 = clock_type::now();
-  auto selected = select_entries(*index_, std::move(which), options);  // empty: every tensor
-  if (!selected) co_return selected.error();
-  pipeline_request req;
-  req.selected = std::move(*selected);
-  req.options = std::move(options);
-  req.with_headers = kind_ == file_kind::tensorizer;
-  plan_request(req, sched);
-
-  // One allocation: the mirror of the selected runs, then zeros for meta tensors.
-  std::uint64_t zero_offset = (req.plan.mirror_bytes + meta_align_bytes - 1) / meta_align_bytes * meta_align_bytes;
-  std::uint64_t total = zero_offset;
-  for (const auto* e : req.selected) {
-    if (e->is_meta()) total += (e->deserialized_bytes + meta_align_bytes - 1) / meta_align_bytes * meta_align_bytes;
-  }
-  loaded_tensors out;
-  try {
-    out.memory_ = host_buffer(total, req.options.huge_pages);
-  } catch (const std::bad_alloc&) {
-    co_return make_error(errc::io, source_->name() + ": cannot map " + std::to_string(total) + " bytes for the load");
-  }
-  req.mirror_base = out.memory_.data();
-  for (std::size_t slot = 0; slot < req.selected.size(); ++slot) {
-    const auto& e = *req.selected[slot];
-    std::span<std::byte> dst;
-    if (e.data_length > 0) {
-      dst = {req.mirror_base + req.plan.mirror_data_offset[slot], e.deserialized_bytes};
-    } else if (e.is_meta()) {
-      dst = {req.mirror_base + zero_offset, e.deserialized_bytes};  // the mapping starts zeroed
-      zero_offset += (e.deserialized_bytes + meta_align_bytes - 1) / meta_align_bytes * meta_align_bytes;
-    }
-    req.data_dst.push_back(dst);
-  }
-  double prepare_s = seconds_since(t0);
-  auto timings = co_await run_pipeline(sched, req);
-  if (!timings) co_return timings.error();
-  out.timings_ = *timings;
-  out.timings_.open_s = open_s_;
-  out.timings_.prepare_s = prepare_s;
-  out.timings_.total_s = seconds_since(t0);
-  out.entries_ = std::move(req.selected);
-  for (const auto& d : req.data_dst) {
-    out.views_.emplace_back(d.data(), d.size());
-    out.bytes_ += d.size();
-  }
-  co_return out;
+  return host_load::own_memory(*this, sched, std::move(which), std::move(options));
 }
 
 task<result<load_timings>> loader::async_load_into(scheduler& sched, std::vector<tensor_destination> dst,
                                                    load_options options) {
-  auto t0 = clock_type::now();
-  std::sort(dst.begin(), dst.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
-  std::vector<std::size_t> which;
-  for (const auto& d : dst) which.push_back(d.index);
-  auto selected = select_entries(*index_, std::move(which), options);
-  if (!selected) co_return selected.error();
-  pipeline_request req;
-  req.selected = std::move(*selected);
-  for (std::size_t slot = 0; slot < dst.size(); ++slot) {
-    const auto& e = *req.selected[slot];
-    if (dst[slot].bytes.size() != e.deserialized_bytes) {
-      co_return make_error(errc::invalid_argument, source_->name() + ": destination for tensor " + e.name + " is " +
-                                                       std::to_string(dst[slot].bytes.size()) + " bytes, expected " +
-                                                       std::to_string(e.deserialized_bytes));
-    }
-    if (e.is_meta()) std::memset(dst[slot].bytes.data(), 0, dst[slot].bytes.size());
-    req.data_dst.push_back(dst[slot].bytes);
-  }
-  req.options = std::move(options);
-  req.with_headers = kind_ == file_kind::tensorizer;
-  plan_request(req, sched);
-  req.side.resize(req.plan.side_bytes);
-  double prepare_s = seconds_since(t0);
-  auto timings = co_await run_pipeline(sched, req);
-  if (!timings) co_return timings.error();
-  timings->open_s = open_s_;
-  timings->prepare_s = prepare_s;
-  timings->total_s = seconds_since(t0);
-  co_return *timings;
+  return host_load::caller_memory(*this, sched, std::move(dst), std::move(options));
 }
 
 task<result<loaded_tensors>> loader::async_load_tensor(scheduler& sched, std::size_t index, load_options options) {

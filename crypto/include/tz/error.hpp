@@ -75,3 +75,15 @@ T unwrap(result<T>&& r) {
     auto tz_check_result_ = (expr);           \
     if (!tz_check_result_) return tz_check_result_.error(); \
   } while (0)
+
+// The same two forms for coroutines (co_return instead of return).
+#define TZ_CO_TRY(var, expr)                                      \
+  auto var##_result_ = (expr);                                    \
+  if (!var##_result_) co_return std::move(var##_result_).error(); \
+  auto var = std::move(*var##_result_)
+
+#define TZ_CO_CHECK(expr)                                        \
+  do {                                                           \
+    auto tz_check_result_ = (expr);                              \
+    if (!tz_check_result_) co_return tz_check_result_.error();   \
+  } while (0)

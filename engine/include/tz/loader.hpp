@@ -32,48 +32,41 @@ struct load_progress {
   std::size_t tensors_total = 0;
 };
 
-// Wall-clock seconds of each stage. verify_s is the hashing time summed over the workers (it
-// overlaps the reads); total_s is the whole load, from the call to the last tensor ready.
+// Where the time of a load went. Wall-clock: open_s, prepare_s, transfer_s, total_s. The stage
+// figures are worker-seconds summed over the readers (they overlap each other and the transfer,
+// so they can exceed it). A load's rate is data bytes / total_s (see loaded_tensors::bytes()).
 struct load_timings {
-  double open_s = 0;      // reading and parsing the index (at open())
-  double prepare_s = 0;   // planning and mapping the destination
-  double read_s = 0;      // first read issued to last read completed (pre-faulting included)
-  double verify_s = 0;
-  double decrypt_s = 0;   // decrypting in place, summed over the workers
-  double total_s = 0;
+  double open_s = 0;      // reading and parsing the index (at open(); not part of total_s)
+  double prepare_s = 0;   // selection, the header pass of split tensors, planning, the destination
+  double transfer_s = 0;  // first read issued to every byte in place and checked (device: copied)
+  double total_s = 0;     // the load call to the last tensor ready: prepare_s + transfer_s
+  double read_s = 0;      // in source reads
+  double verify_s = 0;    // hashing
+  double decrypt_s = 0;   // decrypting in place
+  double upload_s = 0;    // device loads: enqueuing copies
+  double wait_s = 0;      // device loads: waiting for a free ring slot, and the final drain of copies
 };
 
-// A per-range transform (decrypt in place, upload from the lease). When set, each range is read
-// into a lease of a ring sized readers x range_bytes, the stage runs on the lease on a worker
-// thread, and the pipeline then copies the tensor bytes to their destinations.
-class range_stage {
- public:
-  virtual ~range_stage() = default;
-  // Transforms file bytes [range.offset_bytes, +length_bytes) held in `bytes` in place. May run
-  // concurrently for different ranges. An error fails the load.
-  virtual task<result<void>> transform(const load_range& range, std::span<std::byte> bytes) = 0;
-  // Chunk size the stage needs whole (e.g. the 2 MiB MAC chunks of encrypted tensors); 1 = any.
-  virtual std::uint64_t split_align_bytes() const noexcept { return 1; }
-};
-
+// Options of a load, host or device (device_load_options adds the staging ring).
 struct load_options {
-  // Reads in flight at once; 0 = automatic (two per worker thread). Each reader runs on one worker.
+  // Reads in flight at once; 0 = automatic (two per worker thread; device loads: at most 3/4 of
+  // the ring's slots). Each reader runs on one worker.
   unsigned readers = 0;
-  // The largest single read; 0 = automatic (up to 16 MiB, smaller for small loads so every reader
-  // gets work).
+  // Host loads: the target length of a read; 0 = automatic (up to 16 MiB, smaller for small loads
+  // so every reader gets work). Device loads read at most one staging slot and ignore it.
   std::uint64_t range_bytes = 0;
-  // Check each tensor's stored CRC32 / SHA-256 (.tensors only) on the workers, overlapped with reads.
+  // Check each tensor's stored CRC32 / SHA-256 (.tensors only) on the workers, beside the reads:
+  // CRC32 per range on whichever worker holds it, SHA-256 in file order per tensor.
   bool verify = false;
-  // Pre-fault loader-owned memory that is not backed by huge pages (on the reading worker, just
-  // before each read). With huge_pages the pages fault inside the copy, which is faster.
+  // Opens an encrypted .tensors file (v3, or v4 with the encrypted flag): whole cipher chunks are
+  // decrypted in place where they landed by the worker that read them, then verified. Required
+  // for encrypted files, refused for plain ones (FORMAT.md §3.1).
+  std::optional<format::decryption> decryption;
+  // Host loads into loader-owned memory: pre-fault pages not backed by huge pages (on the reading
+  // worker, just before each read), and back the memory with transparent huge pages (see
+  // host_buffer: far fewer faults; the pages then fault inside the copy, which is faster).
   bool prefault = true;
-  // Back loader-owned memory with transparent huge pages (see host_buffer): far fewer faults.
   bool huge_pages = true;
-  range_stage* stage = nullptr;
-  // Opens an encrypted .tensors file (v3, or v4 with the encrypted flag): each tensor is decrypted
-  // in place in its destination by the worker that completes it, then verified. Required for
-  // encrypted files, refused for plain ones (FORMAT.md §3.1). Must outlive the load.
-  const format::decryption* decryption = nullptr;
   // Called after each completed range from a worker thread, never concurrently with itself.
   std::function<void(const load_progress&)> on_progress;
 };
@@ -89,15 +82,19 @@ class loaded_tensors {
   // The loaded tensor with this display name, if it was loaded.
   std::optional<std::size_t> find(std::string_view name) const noexcept;
   const load_timings& timings() const noexcept { return timings_; }
-  std::uint64_t bytes() const noexcept { return bytes_; }   // data bytes delivered
+  // Bytes delivered: the tensors' deserialized sizes (meta tensors' zeros included).
+  std::uint64_t bytes() const noexcept { return bytes_; }
+  // Stored data bytes read from the source: with total_s, the load's rate (as device loads report).
+  std::uint64_t data_bytes() const noexcept { return data_bytes_; }
 
  private:
-  friend class loader;
+  friend struct host_load;
   std::vector<const format::tensor_entry*> entries_;
   std::vector<std::span<const std::byte>> views_;
   host_buffer memory_;
   load_timings timings_;
   std::uint64_t bytes_ = 0;
+  std::uint64_t data_bytes_ = 0;
 };
 
 // A caller-provided destination: tensor `index` (position in loader::index()) lands in `bytes`,
@@ -146,12 +143,8 @@ class loader {
   // Lazy access: reads only tensor `index` (its header and data in one read) into its own memory.
   task<result<loaded_tensors>> async_load_tensor(scheduler& sched, std::size_t index, load_options options = {});
 
-  // Internal to engine/ (defined in engine/pipeline_request.hpp): one load's selection and plan.
-  struct pipeline_request;
-
  private:
-  task<result<load_timings>> run_pipeline(scheduler& sched, pipeline_request& req);
-
+  friend struct host_load;
   file_kind kind_ = file_kind::tensorizer;
   std::shared_ptr<byte_source> source_;
   std::shared_ptr<const format::file_index> index_;

@@ -130,6 +130,12 @@ result<tensor_header> parse_tensor_header(std::span<const std::byte> bytes, cons
 result<void> verify_tensor(const tensor_header& header, std::span<const std::byte> plaintext,
                            std::string_view source);
 
+// Checks a tensor's stored hashes against the CRC32 and SHA-256 of its hash input (the header's
+// hash prefix followed by the plaintext data), computed by the caller in any way it likes (e.g.
+// CRC32 per piece, combined). Same failures as verify_tensor.
+result<void> check_tensor_hashes(const tensor_header& header, std::uint32_t crc, const sha256_digest& sha,
+                                 std::string_view source);
+
 // Incremental form of verify_tensor for data that arrives in pieces, in order.
 class tensor_verifier {
  public:

@@ -1,5 +1,5 @@
 // turnstile: a counter and the waiters of future turns, under one mutex; resumption is posted.
-#include "device_turnstile.hpp"
+#include "turnstile.hpp"
 
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>

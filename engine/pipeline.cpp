@@ -1,0 +1,192 @@
+// The one load pipeline: selection and the header pass, the plan, and the readers that pull ranges,
+// read them where the sink puts them, check them and hand them to the sink.
+#include "pipeline.hpp"
+
+#include "tz/wait_group.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+
+#include <algorithm>
+
+namespace tz {
+
+void pipeline::fail(error e) noexcept {
+  {
+    std::lock_guard lock(error_mutex);
+    if (!first_error) first_error = std::move(e);
+  }
+  failed = true;
+  for (auto& s : splits) {
+    if (s) s->turns.abort();
+  }
+}
+
+namespace {
+
+// A reader should only fail through result values; anything thrown (bad_alloc, a bug) still ends
+// the load with an error naming the source rather than a crash.
+error unexpected_failure(const std::string& source, std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return make_error(errc::io, source + ": a reader failed: " + x.what());
+  } catch (...) {
+    return make_error(errc::io, source + ": a reader failed with an unknown exception");
+  }
+}
+
+// Runs `body(p)` on `count` coroutines spread round-robin over the workers; completes when all
+// have finished. A throwing body fails the load.
+template <class Body>
+task<void> run_on_workers(scheduler& sched, pipeline& p, unsigned count, Body body) {
+  wait_group group;
+  group.add(count);
+  for (unsigned k = 0; k < count; ++k) {
+    boost::asio::co_spawn(sched.worker_executor(k % sched.thread_count()), body(p), [&p, &group](std::exception_ptr e) {
+      if (e) p.fail(unexpected_failure(p.source->name(), e));
+      group.done();
+    });
+  }
+  co_await group.wait();
+}
+
+// Reads, parses and keys the header of one tensor that will be split (a small read before the load).
+task<result<void>> read_split_header(pipeline& p, std::uint32_t tensor) {
+  const format::tensor_entry& e = *p.selected[tensor];
+  const std::string& name = p.source->name();
+  if (e.header_bytes() > format::max_tensor_header_bytes) {
+    co_return make_error(errc::format, name + ": tensor " + e.name + " at offset " + std::to_string(e.header_offset) +
+                                           ": header of " + std::to_string(e.header_bytes()) + " bytes exceeds " +
+                                           std::to_string(format::max_tensor_header_bytes));
+  }
+  std::vector<std::byte> bytes(e.header_bytes());
+  std::span<std::byte> one[1] = {bytes};
+  TZ_CO_CHECK(co_await p.source->read(e.header_offset, one));
+  TZ_CO_TRY(h, format::parse_tensor_header(bytes, p.index->header, e, name));
+  split_state& s = *p.splits[tensor];
+  s.header = std::move(h);
+  if (p.encrypted) {
+    TZ_CO_TRY(key, p.options->decryption->key_for(s.header, name));
+    s.key = std::move(key);
+  }
+  if (p.options->verify) s.sha.emplace();
+  co_return result<void>{};
+}
+
+// The header pass: headers of the tensors that will be split, read in parallel. Returns each
+// selected tensor's split alignment (cipher chunk of encrypted split tensors, else whole pages).
+task<result<std::vector<std::uint64_t>>> read_split_headers(scheduler& sched, pipeline& p, const plan_options& popts,
+                                                            unsigned readers) {
+  std::vector<std::uint64_t> align(p.selected.size(), plain_split_align_bytes);
+  p.splits.resize(p.selected.size());
+  std::vector<std::uint32_t> todo;
+  for (std::uint32_t t = 0; t < p.selected.size(); ++t) {
+    if (!needs_split(*p.selected[t], popts)) continue;
+    p.splits[t] = std::make_unique<split_state>();
+    if (p.with_headers) todo.push_back(t);
+  }
+  std::atomic<std::size_t> next{0};
+  auto body = [&todo, &next](pipeline& q) -> task<void> {
+    for (std::size_t i; !q.failed && (i = next.fetch_add(1)) < todo.size();) {
+      auto ok = co_await read_split_header(q, todo[i]);
+      if (!ok) q.fail(ok.error());
+    }
+  };
+  if (!todo.empty()) co_await run_on_workers(sched, p, std::clamp<unsigned>(readers, 1, todo.size()), body);
+  if (p.first_error) co_return *p.first_error;
+  for (std::uint32_t t : todo) {
+    if (p.encrypted) align[t] = format::cipher_chunk_bytes(p.splits[t]->header);
+  }
+  co_return align;
+}
+
+// Sizes each split tensor's per-part hash state from the plan.
+void size_split_parts(pipeline& p) {
+  for (const load_range& r : p.plan.ranges) {
+    if (r.split_tensor == no_split) continue;
+    split_state& s = *p.splits[r.split_tensor];
+    if (s.part_bytes.size() <= r.part) {
+      s.part_bytes.resize(r.part + 1);
+      s.part_crc.resize(r.part + 1);
+    }
+    s.part_bytes[r.part] = r.length_bytes;
+  }
+}
+
+void report_progress(pipeline& p, std::uint64_t range_bytes) {
+  const std::uint64_t done = p.bytes_done.fetch_add(range_bytes, std::memory_order_relaxed) + range_bytes;
+  if (!p.options->on_progress) return;
+  std::lock_guard lock(p.progress_mutex);
+  p.options->on_progress({done, p.plan.read_bytes, p.tensors_done.load(), p.selected.size()});
+}
+
+// One range, in the room reserve() gave: read it where the sink places it, check it, deliver it.
+task<result<void>> process_range(pipeline& p, const load_range& r, landing& where) {
+  p.out->place(r, where);
+  const auto t0 = pipeline_clock::now();
+  std::span<std::byte> one[1] = {where.whole};
+  if (!where.whole.empty()) {
+    TZ_CO_CHECK(co_await p.source->read(r.offset_bytes, one));
+  } else {
+    TZ_CO_CHECK(co_await p.source->read(r.offset_bytes, where.pieces));
+  }
+  p.counters.read_ns += nanoseconds_since(t0);
+  TZ_CO_CHECK(co_await check_range(p, r, where));
+  TZ_CO_CHECK(p.out->deliver(r, where));
+  report_progress(p, r.length_bytes);
+  co_return result<void>{};
+}
+
+task<void> reader(pipeline& p) {
+  landing where;  // reused: a scattered range's side buffer keeps its capacity
+  while (!p.failed.load(std::memory_order_relaxed)) {
+    auto room = co_await p.out->reserve();
+    if (!room) {
+      p.fail(room.error());
+      break;
+    }
+    const std::size_t i = p.next_range.fetch_add(1, std::memory_order_relaxed);
+    if (i >= p.plan.ranges.size()) break;
+    where.held = std::move(*room);
+    auto ok = co_await process_range(p, p.plan.ranges[i], where);
+    where.held.reset();  // a failed range's slot (a delivered one travels with its upload)
+    if (!ok) {
+      p.fail(ok.error());
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+std::uint64_t stored_bytes(const pipeline& p) noexcept {
+  std::uint64_t n = 0;
+  for (const auto* e : p.selected) n += e->end_offset() - (p.with_headers ? e->header_offset : e->data_offset);
+  return n;
+}
+
+task<result<void>> prepare_plan(scheduler& sched, pipeline& p, plan_options popts, unsigned readers) {
+  popts.with_headers = p.with_headers;
+  TZ_CO_TRY(align, co_await read_split_headers(sched, p, popts, readers));
+  TZ_CO_TRY(plan, make_plan(p.selected, align, popts));
+  p.plan = std::move(plan);
+  size_split_parts(p);
+  for (const auto* e : p.selected) {  // nothing to read or check: done already
+    if (!p.with_headers && e->data_length == 0) p.tensors_done.fetch_add(1, std::memory_order_relaxed);
+  }
+  // A split tensor's SHA-256 is fed in part order: let several tensors advance at once.
+  if (p.options->verify) interleave_split_tensors(p.plan, p.plan.ranges.size(), readers);
+  co_return result<void>{};
+}
+
+task<result<void>> run_pipeline(scheduler& sched, pipeline& p, unsigned readers) {
+  readers = static_cast<unsigned>(std::clamp<std::size_t>(readers, 1, std::max<std::size_t>(1, p.plan.ranges.size())));
+  if (!p.plan.ranges.empty()) co_await run_on_workers(sched, p, readers, reader);
+  const auto t0 = pipeline_clock::now();
+  co_await p.out->drain();
+  p.counters.wait_ns += nanoseconds_since(t0);
+  if (p.first_error) co_return *p.first_error;
+  co_return result<void>{};
+}
+
+}  // namespace tz

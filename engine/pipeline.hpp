@@ -1,0 +1,121 @@
+// Private to engine/: the one load pipeline. A plan of ranges, readers on every worker that read
+// each range where a sink puts it, the per-tensor checks (header, decryption, hashes) on the bytes
+// where they landed, then the sink's delivery. Host and device loads differ only in their sink.
+#pragma once
+
+#include "turnstile.hpp"
+
+#include "tz/byte_source.hpp"
+#include "tz/hash.hpp"
+#include "tz/lease_ring.hpp"
+#include "tz/load_plan.hpp"
+#include "tz/loader.hpp"
+#include "tz/scheduler.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+namespace tz {
+
+using pipeline_clock = std::chrono::steady_clock;
+
+inline std::int64_t nanoseconds_since(pipeline_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(pipeline_clock::now() - t0).count();
+}
+
+inline double seconds_of(std::int64_t ns) { return static_cast<double>(ns) * 1e-9; }
+
+// Where one range's bytes are: per plan piece a span (gaps included), and the range's bytes as one
+// span when they land contiguously (a lease, loader-owned memory), so a single read fills them.
+struct landing {
+  std::span<std::byte> whole;
+  std::vector<std::span<std::byte>> pieces;
+  std::vector<std::byte> side;  // headers and gaps of a scattered range (caller memory)
+  lease held;                   // the ring slot holding the bytes, for sinks that stage
+};
+
+// Where a load's bytes go. reserve() and place() run before the read, deliver() after the
+// range's checks; all on the reader's worker, concurrently for different ranges.
+class sink {
+ public:
+  virtual ~sink() = default;
+  // Room for one more range, taken before the range itself so that a reader holding room never
+  // waits on a range that still needs some: a ring slot (suspending while all are out), or none.
+  virtual task<result<lease>> reserve() = 0;
+  // Fills `where` for range r (where.held is what reserve() gave).
+  virtual void place(const load_range& r, landing& where) = 0;
+  // The range's bytes are checked: nothing more for host memory; an upload for a device, whose
+  // completion returns the lease (moved out of where.held).
+  virtual result<void> deliver(const load_range& r, landing& where) = 0;
+  // Completes once everything delivered has arrived (device: every copy in flight completed).
+  virtual task<void> drain() = 0;
+};
+
+// A tensor split over several ranges: its header (from the header pass), its key, and its hashes:
+// a CRC32 per part (any worker, combined at the end) and SHA-256 fed part by part in file order.
+struct split_state {
+  format::tensor_header header;
+  std::shared_ptr<const crypto::secret_key> key;  // encrypted files only
+  std::vector<std::uint32_t> part_crc;
+  std::vector<std::uint64_t> part_bytes;
+  std::optional<sha256_hasher> sha;  // verified loads only
+  turnstile turns;
+};
+
+// Worker-seconds (nanoseconds) per stage, summed over the readers.
+struct stage_counters {
+  std::atomic<std::int64_t> read_ns{0};
+  std::atomic<std::int64_t> verify_ns{0};
+  std::atomic<std::int64_t> decrypt_ns{0};
+  std::atomic<std::int64_t> upload_ns{0};
+  std::atomic<std::int64_t> wait_ns{0};
+};
+
+// Everything one load shares between its readers; lives in the load's frame until they are done.
+struct pipeline {
+  const format::file_index* index = nullptr;
+  byte_source* source = nullptr;
+  const load_options* options = nullptr;
+  sink* out = nullptr;
+  bool with_headers = true;  // .tensors (safetensors: no per-tensor headers, nothing to check)
+  bool encrypted = false;
+  std::vector<const format::tensor_entry*> selected;  // file order
+  load_plan plan;
+  std::vector<std::unique_ptr<split_state>> splits;  // per selected tensor; null unless split
+
+  std::atomic<std::size_t> next_range{0};
+  std::atomic<bool> failed{false};
+  std::mutex error_mutex;
+  std::optional<error> first_error;
+  stage_counters counters;
+  std::atomic<std::uint64_t> bytes_done{0};
+  std::atomic<std::size_t> tensors_done{0};
+  std::mutex progress_mutex;
+
+  // Records the first error and releases every coroutine waiting for a hashing turn. Any thread.
+  void fail(error e) noexcept;
+};
+
+// Reads the headers of the selected tensors (p.selected) that will be split, in parallel on up to
+// `readers` workers, then plans. Sets p.splits and p.plan; the plan's range sizes come from
+// `popts` (with_headers from p). Verified loads interleave split tensors `readers` wide.
+task<result<void>> prepare_plan(scheduler& sched, pipeline& p, plan_options popts, unsigned readers);
+
+// The selected tensors' stored bytes, headers included (with_headers): what a load reads at least.
+std::uint64_t stored_bytes(const pipeline& p) noexcept;
+
+// Runs `readers` readers (fewer when there are fewer ranges) over p.plan on sched's workers, then
+// drains the sink. Completes when every reader is done and everything delivered has arrived,
+// whatever failed; the first error, if any, is returned.
+task<result<void>> run_pipeline(scheduler& sched, pipeline& p, unsigned readers);
+
+// Checks the tensors of range r where its bytes landed (pipeline_checks.cpp): parses headers,
+// decrypts whole chunks, verifies hashes (split tensors: CRC32 per part, SHA-256 in part order).
+task<result<void>> check_range(pipeline& p, const load_range& r, const landing& where);
+
+}  // namespace tz
