@@ -1,6 +1,5 @@
 // Loading to device memory: selection, the header pass of split tensors, the plan, the pinned ring,
 // the device allocation, then readers on every worker and a drain of the copies in flight.
-#include "device_direct.hpp"
 #include "device_load_state.hpp"
 
 #include "tz/host_memory.hpp"
@@ -8,7 +7,6 @@
 #include <boost/asio/co_spawn.hpp>
 
 #include <algorithm>
-#include <limits>
 #include <numeric>
 
 // TZ_CHECK for coroutines (co_return instead of return).
@@ -131,7 +129,7 @@ task<void> range_reader(device_load_state& st) {
     }
     st.note_slots_out();
     const std::size_t i = st.next_range.fetch_add(1, std::memory_order_relaxed);
-    if (i >= st.ring_ranges) break;
+    if (i >= st.plan.ranges.size()) break;
     auto ok = co_await process_range(st, st.plan.ranges[i], std::move(*acquired));
     if (!ok) {
       st.fail(ok.error());
@@ -156,11 +154,6 @@ struct device_load_access {
     out.ring_bytes_ = st.ring ? st.ring->slot_count() * st.ring->slot_bytes() : 0;
     out.pinned_bytes_max_ = st.ring ? st.slots_out_max.load() * st.ring->slot_bytes() : 0;
     return out;
-  }
-  // Bytes copied straight from the page cache, and the most of them pinned in place at once.
-  static void add_direct(device_tensors& t, std::uint64_t direct_bytes, std::uint64_t pinned_bytes_max) {
-    t.direct_bytes_ = direct_bytes;
-    t.pinned_bytes_max_ += pinned_bytes_max;
   }
 };
 
@@ -227,83 +220,14 @@ result<void> wait_all(cuda::uploader& up, const std::vector<cuda::upload_ticket>
 // Runs the readers over the plan, then drains the copies in flight: every lease is back in the
 // ring when this completes, whatever failed.
 task<void> run_readers(scheduler& sched, device_load_state& st, unsigned readers) {
-  readers = std::max<unsigned>(1, std::min<std::size_t>(readers, st.ring_ranges));
-  if (st.ring_ranges > 0) co_await run_on_workers(sched, st, readers, range_reader);
+  readers = std::max<unsigned>(1, std::min<std::size_t>(readers, st.plan.ranges.size()));
+  if (!st.plan.ranges.empty()) co_await run_on_workers(sched, st, readers, range_reader);
   auto t0 = device_clock::now();
   co_await st.uploads.wait();
   st.wait_ns += nanoseconds_since(t0);
 }
 
 double seconds(std::int64_t ns) { return static_cast<double>(ns) * 1e-9; }
-
-// The selection and device layout without a ring: no tensor is split, so no header is read.
-result<void> plan_direct(device_load_state& st, const loader& opened, std::vector<std::size_t> which) {
-  TZ_TRY(selected, select_in_file_order(*st.index, std::move(which)));
-  st.selected = std::move(selected);
-  st.with_headers = opened.kind() == file_kind::tensorizer;
-  const device_plan_options popts{std::numeric_limits<std::uint64_t>::max() / 2, 64 << 10, st.with_headers};
-  const std::vector<std::uint64_t> align(st.selected.size(), plain_split_align_bytes);
-  TZ_TRY(plan, make_device_plan(st.selected, align, popts));
-  st.plan = std::move(plan);
-  return {};
-}
-
-direct_upload_options direct_options(const device_load_options& o) {
-  const std::uint64_t pinned = o.direct_pinned_bytes ? o.direct_pinned_bytes : o.slot_count * o.slot_bytes;
-  return {o.direct_chunk_bytes, pinned, std::max(1u, o.direct_threads)};
-}
-
-// A load entirely from the page cache (direct_fraction 1): no ring at all. Nothing when the pages
-// are mostly not cached (automatic mode): the ring path then runs.
-task<result<std::optional<device_tensors>>> load_direct(cuda::uploader& up, const loader& opened, byte_source& source,
-                                                        std::vector<std::size_t> which, const device_load_options& o,
-                                                        const page_cache_file& file, device_clock::time_point t0) {
-  device_load_state st;
-  st.index = &opened.index();
-  st.source = &source;
-  st.up = &up;
-  st.options = &o;
-  TZ_CHECK_CO(plan_direct(st, opened, std::move(which)));
-  auto pieces = range_pieces(st, 0, st.plan.ranges.size());
-  auto cached = mostly_cached(file, pieces);
-  if (!cached) co_return cached.error();
-  if (!*cached && o.direct_from_page_cache != direct_mode::on) co_return std::optional<device_tensors>();
-  std::vector<cuda::upload_ticket> zero_tickets;
-  auto allocated = allocate_destination(up, st, zero_tickets);
-  if (!allocated) co_return allocated.error();
-  auto owned = std::move(*allocated);
-  device_load_timings t;
-  t.prepare_s = seconds(nanoseconds_since(t0));
-  auto stats = co_await upload_from_page_cache(up, *owned, file, std::move(pieces), direct_options(o));
-  auto zeroed = wait_all(up, zero_tickets);
-  if (!stats) co_return stats.error();
-  if (!zeroed) co_return zeroed.error();
-  t.register_s = seconds(stats->register_ns);
-  t.h2d_wait_s = seconds(stats->wait_ns);
-  t.total_s = seconds(nanoseconds_since(t0));
-  auto out = device_load_access::make(st, std::move(owned), t);
-  device_load_access::add_direct(out, st.plan.data_bytes, stats->pinned_bytes_max);
-  co_return std::optional<device_tensors>(std::move(out));
-}
-
-std::uint64_t piece_bytes(std::span<const direct_piece> pieces) {
-  std::uint64_t n = 0;
-  for (const auto& p : pieces) n += p.length_bytes;
-  return n;
-}
-
-// The direct share of a ring load: the last ranges of the plan, about direct_fraction of the bytes,
-// when the file is warm. Sets st.ring_ranges; returns the pieces (empty: all through the ring).
-result<std::vector<direct_piece>> split_direct_share(device_load_state& st, const page_cache_file* file) {
-  st.ring_ranges = st.plan.ranges.size();
-  if (file == nullptr || st.options->direct_fraction <= 0) return std::vector<direct_piece>();
-  const std::size_t first = direct_split(st.plan, st.options->direct_fraction);
-  auto pieces = range_pieces(st, first, st.plan.ranges.size());
-  TZ_TRY(cached, mostly_cached(*file, pieces));
-  if (!cached && st.options->direct_from_page_cache != direct_mode::on) return std::vector<direct_piece>();
-  st.ring_ranges = first;
-  return pieces;
-}
 
 }  // namespace
 
@@ -334,14 +258,6 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::upload
   if (!source || &opened.source() != source.get()) {
     co_return make_error(errc::invalid_argument, "load to device: the source is not the one the loader was opened from");
   }
-  auto file = co_await choose_direct_file(up, opened, *source, options);
-  if (!file) co_return file.error();
-  if (*file && options.direct_fraction >= 1) {
-    auto direct = co_await load_direct(up, opened, *source, which, options, **file, t0);
-    if (!direct) co_return direct.error();
-    if (*direct) co_return std::move(**direct);
-    file->reset();  // mostly not cached: the ring path alone
-  }
   std::unique_ptr<lease_ring> own_ring;
   if (options.ring == nullptr) {
     auto made = make_pinned_ring(options.slot_count, options.slot_bytes);
@@ -365,42 +281,21 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::upload
   auto allocated = allocate_destination(up, st, zero_tickets);
   if (!allocated) co_return allocated.error();
   auto owned = std::move(*allocated);
-  auto share = split_direct_share(st, file->has_value() ? &**file : nullptr);
-  if (!share) co_return share.error();
-  const std::uint64_t direct_bytes = piece_bytes(*share);
   // Hashes of split tensors are fed in part order: let several tensors advance at once.
-  if (options.verify) interleave_split_tensors(st.plan, st.ring_ranges, readers);
+  if (options.verify) interleave_split_tensors(st.plan, readers);
   device_load_timings t;
   t.prepare_s = seconds(nanoseconds_since(t0));
-  // The direct share runs on its own threads beside the ring's readers.
-  wait_group direct_done;
-  result<direct_upload_stats> stats = direct_upload_stats{};
-  if (!share->empty()) {
-    direct_done.add();
-    boost::asio::co_spawn(sched.next_executor(),
-                          upload_from_page_cache(up, *owned, **file, std::move(*share), direct_options(options)),
-                          [&](std::exception_ptr e, result<direct_upload_stats> r) {
-                            stats = e ? make_error(errc::io, source->name() + ": the direct upload failed unexpectedly")
-                                      : std::move(r);
-                            direct_done.done();
-                          });
-  }
   co_await run_readers(sched, st, readers);
-  co_await direct_done.wait();
   auto zeroed = wait_all(up, zero_tickets);
   if (st.first_error) co_return *st.first_error;
-  if (!stats) co_return stats.error();
   if (!zeroed) co_return zeroed.error();
   t.read_s = seconds(st.read_ns);
   t.verify_s = seconds(st.verify_ns);
   t.decrypt_s = seconds(st.decrypt_ns);
   t.upload_s = seconds(st.upload_ns);
-  t.register_s = seconds(stats->register_ns);
-  t.h2d_wait_s = seconds(st.wait_ns + stats->wait_ns);
+  t.h2d_wait_s = seconds(st.wait_ns);
   t.total_s = seconds(nanoseconds_since(t0));
-  auto out = device_load_access::make(st, std::move(owned), t);
-  if (direct_bytes > 0) device_load_access::add_direct(out, direct_bytes, stats->pinned_bytes_max);
-  co_return out;
+  co_return device_load_access::make(st, std::move(owned), t);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

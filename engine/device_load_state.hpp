@@ -46,8 +46,6 @@ struct device_load_state {
   std::vector<std::unique_ptr<split_tensor>> splits;  // per selected tensor; null unless split
   lease_ring* ring = nullptr;
 
-  // Ranges [0, ring_ranges) go through the ring; the rest, if any, straight from the page cache.
-  std::size_t ring_ranges = 0;
   std::atomic<std::size_t> next_range{0};
   std::atomic<bool> failed{false};
   std::mutex error_mutex;

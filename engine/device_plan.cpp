@@ -107,8 +107,8 @@ result<device_plan> make_device_plan(std::span<const format::tensor_entry* const
   return plan;
 }
 
-void interleave_split_tensors(device_plan& plan, std::size_t end, std::size_t width) {
-  end = std::min(end, plan.ranges.size());
+void interleave_split_tensors(device_plan& plan, std::size_t width) {
+  const std::size_t end = plan.ranges.size();
   if (width < 2 || end < 2) return;
   // Streams of range indices: one per split tensor (its parts, consecutive in the plan), one per
   // unsplit range.
@@ -136,9 +136,8 @@ void interleave_split_tensors(device_plan& plan, std::size_t end, std::size_t wi
     std::erase_if(active, [&](const cursor& c) { return c.next == streams[c.stream].size(); });
   }
   std::vector<device_range> reordered;
-  reordered.reserve(plan.ranges.size());
+  reordered.reserve(end);
   for (std::size_t i : order) reordered.push_back(std::move(plan.ranges[i]));
-  for (std::size_t i = end; i < plan.ranges.size(); ++i) reordered.push_back(std::move(plan.ranges[i]));
   plan.ranges = std::move(reordered);
 }
 

@@ -17,19 +17,10 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <string>
 #include <string_view>
 #include <vector>
 
 namespace tz {
-
-// Whether a load may skip the staging ring and copy straight from the file's pages in the page
-// cache (see device_load_options::direct_from_page_cache).
-enum class direct_mode {
-  automatic,  // when it applies and at least 90% of the selected pages are cached
-  on,         // always; a load it cannot apply to fails (errc::invalid_argument)
-  off,        // never: the staging ring
-};
 
 struct device_load_options {
   // The staging ring: slot_count pinned slots of slot_bytes each (plus one page per slot, so that a
@@ -54,30 +45,6 @@ struct device_load_options {
   // skip pinning memory (tens of milliseconds for 256 MiB). Null: each load makes its own from
   // slot_count / slot_bytes, freed at its end. At most one load may use a ring at a time.
   lease_ring* ring = nullptr;
-
-  // The direct path, for a local file whose pages are in the page cache: the file is mapped
-  // read-only and each chunk of it is pinned in place (cudaHostRegister, read-only) and copied to
-  // the device from there, then unpinned. Each byte then crosses host memory once (the GPU's DMA
-  // read) instead of three times (page cache -> slot, slot -> the DMA read), but pinning costs CPU
-  // time per 4 KiB page. The ring is bound by host memory bandwidth and pinning by CPU time, so a
-  // warm load runs both at once: the last `direct_fraction` of the bytes go direct while the ring
-  // reads the rest (1: all direct, no ring allocated; 0: the ring only). It applies to plain files
-  // loaded without `verify` (those need the bytes on the host), on a device that supports
-  // read-only registration, when `local_file` names the file `source` reads (same size). The
-  // mapping is the page cache, not new memory; the pages pinned at once are bounded by
-  // direct_pinned_bytes.
-  // Off by default: on the H100 hosts measured (16 cores, 4 GiB warm file, gpu_load_bench), pinning
-  // 4 KiB page-cache pages ran at 26-36 GB/s on 16 threads with no copy at all, so the direct path
-  // alone reached 14-20 GB/s against 31-46 GB/s through the ring, and every share tried (10-50%)
-  // was no faster than the ring alone. It stays for hosts where pinning is cheap.
-  direct_mode direct_from_page_cache = direct_mode::off;
-  std::string local_file;  // empty: the source is not known to be a local file (ring path)
-  double direct_fraction = 1;
-  // Bytes pinned per registration (a multiple of 4 KiB), and the most pinned at once; 0 for the
-  // latter means slot_count * slot_bytes, the ring's own bound. Threads pinning and copying.
-  std::size_t direct_chunk_bytes = 32u << 20;
-  std::size_t direct_pinned_bytes = 0;
-  unsigned direct_threads = 4;
 };
 
 // A ring of `slot_count` pinned slots able to hold reads of `slot_bytes` (each slot is one page
@@ -94,7 +61,6 @@ struct device_load_timings {
   double decrypt_s = 0;    // decrypting in place
   double upload_s = 0;     // enqueuing copies (cudaMemcpyAsync and its completion event)
   double h2d_wait_s = 0;   // waiting for a free slot (uploads still reading them) and the final drain
-  double register_s = 0;   // direct path: pinning and unpinning page-cache chunks (its own threads)
   double total_s = 0;
 };
 
@@ -121,10 +87,6 @@ class device_tensors {
   std::uint64_t ring_bytes() const noexcept { return ring_bytes_; }  // pinned bytes allocated
   // Most pinned bytes held at once by reads, checks and uploads in flight (<= ring_bytes()).
   std::uint64_t pinned_bytes_max() const noexcept { return pinned_bytes_max_; }
-  // Stored bytes copied straight from the page cache (the rest went through the ring);
-  // pinned_bytes_max() then adds the most page-cache bytes pinned in place at once.
-  std::uint64_t direct_bytes() const noexcept { return direct_bytes_; }
-  bool direct_from_page_cache() const noexcept { return direct_bytes_ > 0; }
 
   // Exports tensor i as a DLPack tensor on its device (kDLCUDA), sharing ownership of the
   // allocation. dtypes: bool, int/uint 8-64, float16/32/64, bfloat16 (kDLBfloat 16), complex
@@ -143,7 +105,6 @@ class device_tensors {
   std::uint64_t read_bytes_ = 0;
   std::uint64_t ring_bytes_ = 0;
   std::uint64_t pinned_bytes_max_ = 0;
-  std::uint64_t direct_bytes_ = 0;
 };
 
 // The DLPack element type of a .tensors / safetensors dtype (see device_tensors::to_dlpack).

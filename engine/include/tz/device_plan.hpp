@@ -75,10 +75,10 @@ result<device_plan> make_device_plan(std::span<const format::tensor_entry* const
                                      std::span<const std::uint64_t> split_align_bytes,
                                      const device_plan_options& options);
 
-// Reorders ranges [0, end) so that up to `width` split tensors advance together, their parts
+// Reorders the ranges so that up to `width` split tensors advance together, their parts
 // taken round-robin (each tensor's parts keep their order; unsplit ranges keep theirs). A split
 // tensor's hash is fed part by part in order, so in file order a ring smaller than one tensor
 // hashes on one core at a time; interleaved, `width` tensors hash at once. Pure.
-void interleave_split_tensors(device_plan& plan, std::size_t end, std::size_t width);
+void interleave_split_tensors(device_plan& plan, std::size_t width);
 
 }  // namespace tz
