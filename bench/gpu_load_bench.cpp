@@ -3,12 +3,9 @@
 // from the page cache (warm) and from disk with O_DIRECT after dropping its pages (cold); medians
 // of several runs, ratios to the limit, per-stage times and the pinned bytes held vs the ring. A
 // second reference, threads preading the file into pinned slots without uploading, shows the host
-// side's own limit (page-cache copy bandwidth, or the disk when cold). Warm loads run both ways:
-// through the staging ring, and direct from the page cache (chunks of the mapped file pinned in
-// place, read-only, and copied from there); a third reference times pinning and unpinning those
-// chunks alone, with no copy. A fourth reference, the plainest pipeline (threads preading into
-// their own pinned slots and copying with cudaMemcpyAsync, no engine), separates what the engine
-// costs from what the host costs. --configs compares more rings (slots x size, readers) in the same
+// side's own limit (page-cache copy bandwidth, or the disk when cold). A third reference, the
+// plainest pipeline (threads preading into their own pinned slots and copying with cudaMemcpyAsync,
+// no engine), separates what the engine costs from what the host costs. --configs compares more rings (slots x size, readers) in the same
 // run, each load against its own plain pipeline. --references adds the host side's limits with DMA running: the
 // same reads (pread, or a populated mapping and memcpy) while pinned copies of another buffer go
 // to the device, which shows how much each slows the other on this host's memory.
@@ -53,12 +50,6 @@ struct options {
   bool keep = false;         // keep the synthetic file (reuse it with --file)
   bool references = false;   // the extra host-side references (reads under DMA, mmap copies)
   bool async_punt = false;   // file_options::async_punt for the warm runs
-  bool ring_path = true;     // warm loads through the staging ring
-  bool direct_path = true;   // warm loads direct from the page cache
-  std::size_t chunk_bytes = 32 * mib;  // direct path: pinned per registration
-  std::size_t pinned_bytes = 0;        // direct path: pinned at once (0: the ring's size)
-  unsigned direct_threads = 4;         // direct path: pinning threads
-  std::vector<double> fractions = {0.25, 0.35, 0.5, 1.0};  // direct shares of a warm load
   // --configs: more rings to compare in the same run, each against its own plain pipeline.
   struct ring_config {
     std::size_t slot_count = 0;
@@ -72,8 +63,7 @@ struct options {
   std::fprintf(stderr,
                "usage: gpu_load_bench [--smoke] [--file F] [--size-mib N] [--slots N] [--slot-mib N] [--readers N]\n"
                "                      [--threads N] [--streams N] [--runs N] [--device cuda:N] [--no-cold] [--verify]\n"
-               "                      [--keep] [--references] [--async-punt] [--path ring|direct|both] [--chunk-mib N]\n"
-               "                      [--pinned-mib N] [--direct-threads N] [--fractions F,F,...]\n"
+               "                      [--keep] [--references] [--async-punt]\n"
                "                      [--configs SLOTSxMIB[:READERS],...]   (more rings, e.g. 32x2,16x4:16,8x8)\n");
   std::exit(2);
 }
@@ -104,22 +94,6 @@ options parse(int argc, char** argv) {
     else if (a == "--keep") o.keep = true;
     else if (a == "--references") o.references = true;
     else if (a == "--async-punt") o.async_punt = true;
-    else if (a == "--path") {
-      const std::string_view p = next();
-      if (p != "ring" && p != "direct" && p != "both") usage();
-      o.ring_path = p != "direct";
-      o.direct_path = p != "ring";
-    } else if (a == "--chunk-mib") o.chunk_bytes = num() * mib;
-    else if (a == "--pinned-mib") o.pinned_bytes = num() * mib;
-    else if (a == "--direct-threads") o.direct_threads = static_cast<unsigned>(num());
-    else if (a == "--fractions") {
-      o.fractions.clear();
-      for (std::string_view list = next(); !list.empty();) {
-        const auto comma = list.find(',');
-        o.fractions.push_back(std::strtod(std::string(list.substr(0, comma)).c_str(), nullptr));
-        list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
-      }
-    }
     else if (a == "--configs") {
       for (std::string_view list = next(); !list.empty();) {
         const auto comma = list.find(',');
@@ -326,41 +300,6 @@ double pipeline_gbps(const options& o, tz::cuda::uploader& up, unsigned threads)
   return median(gbps);
 }
 
-// The direct path's own cost: `threads` threads pin and unpin the mapped (cached) file in
-// chunk-sized pieces, read-only, with no copy. GB/s of file pinned, median of runs.
-double register_limit_gbps(const options& o, unsigned threads) {
-  auto src = tz::unwrap(tz::file_source::open(o.file));
-  const std::size_t size = src->size_bytes();
-  const int fd = ::open(o.file.c_str(), O_RDONLY);
-  if (fd < 0) return 0;
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (map == MAP_FAILED) return 0;
-  const auto* base = static_cast<const std::byte*>(map);
-  std::vector<double> gbps;
-  for (int run = 0; run < o.runs + 1; ++run) {
-    std::atomic<std::size_t> next{0};
-    const auto t0 = std::chrono::steady_clock::now();
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t) {
-      pool.emplace_back([&] {
-        for (std::size_t off; (off = next.fetch_add(o.chunk_bytes)) < size;) {
-          auto pinned = tz::cuda::register_read_only(o.device, {base + off, std::min(o.chunk_bytes, size - off)});
-          if (!pinned) {
-            std::fprintf(stderr, "register: %s\n", pinned.error().message.c_str());
-            return;
-          }
-        }
-      });
-    }
-    for (auto& th : pool) th.join();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (run > 0) gbps.push_back(static_cast<double>(size) / s / 1e9);
-  }
-  ::munmap(map, size);
-  return median(gbps);
-}
-
 // A synthetic model: float32 tensors of tensor_bytes filling size_bytes.
 std::string write_synthetic(const options& o) {
   const std::string path = "/tmp/gpu_load_bench_" + std::to_string(::getpid()) + ".tensors";
@@ -385,12 +324,10 @@ struct run_result {
   tz::device_load_timings timings;
   std::uint64_t pinned_max = 0;
   std::uint64_t ring = 0;
-  double direct_share = 0;  // of the bytes, copied straight from the page cache
 };
 
 // Loads the whole file `runs` times (after one untimed load) and keeps the median run.
-run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& up, tz::lease_ring& ring, bool cold,
-                   tz::direct_mode direct, double fraction = 1) {
+run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& up, tz::lease_ring& ring, bool cold) {
   auto src = tz::unwrap(tz::file_source::open(o.file, {.direct = cold, .async_punt = !cold && o.async_punt}));
   auto opened = tz::unwrap(tz::loader::open(sched, src));
   std::vector<run_result> runs;
@@ -400,17 +337,10 @@ run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& u
     lo.ring = &ring;
     lo.readers = o.readers;
     lo.verify = o.verify;
-    lo.direct_from_page_cache = direct;
-    lo.local_file = o.file;
-    lo.direct_chunk_bytes = o.chunk_bytes;
-    lo.direct_pinned_bytes = o.pinned_bytes;
-    lo.direct_threads = o.direct_threads;
-    lo.direct_fraction = fraction;
     auto t = tz::unwrap(tz::load_to_device(sched, up, opened, src, {}, lo));
     if (!cold && run == 0) continue;  // the warm-up load fills the page cache
     const auto data = static_cast<double>(std::max<std::uint64_t>(1, t.data_bytes()));
-    runs.push_back({data / t.timings().total_s / 1e9, t.timings(), t.pinned_bytes_max(), t.ring_bytes(),
-                    static_cast<double>(t.direct_bytes()) / data});
+    runs.push_back({data / t.timings().total_s / 1e9, t.timings(), t.pinned_bytes_max(), t.ring_bytes()});
   }
   std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.gbps < b.gbps; });
   return runs[runs.size() / 2];
@@ -418,12 +348,10 @@ run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& u
 
 void print(const char* what, const run_result& r, double limit) {
   const auto& t = r.timings;
-  std::printf("%-12s %7.2f GB/s  %.3fx limit | direct %3.0f%% | total %.3f s, prepare %.3f s | worker-s: read %.3f "
-              "verify %.3f decrypt %.3f upload %.3f register %.3f h2d-wait %.3f | pinned max %.0f MiB (ring %.0f MiB)\n",
-              what, r.gbps, r.gbps / limit, 100 * r.direct_share, t.total_s, t.prepare_s, t.read_s,
-              t.verify_s,
-              t.decrypt_s, t.upload_s, t.register_s, t.h2d_wait_s, static_cast<double>(r.pinned_max) / mib,
-              static_cast<double>(r.ring) / mib);
+  std::printf("%-12s %7.2f GB/s  %.3fx limit | total %.3f s, prepare %.3f s | worker-s: read %.3f verify %.3f "
+              "decrypt %.3f upload %.3f h2d-wait %.3f | pinned max %.0f MiB (ring %.0f MiB)\n",
+              what, r.gbps, r.gbps / limit, t.total_s, t.prepare_s, t.read_s, t.verify_s, t.decrypt_s, t.upload_s,
+              t.h2d_wait_s, static_cast<double>(r.pinned_max) / mib, static_cast<double>(r.ring) / mib);
 }
 
 }  // namespace
@@ -464,11 +392,11 @@ int main(int argc, char** argv) {
   auto readers_for = [n](const options& c) {
     return c.readers != 0 ? c.readers : std::max<unsigned>(1, std::min<std::size_t>(2 * n, c.slot_count * 3 / 4));
   };
-  if (o.ring_path) {
+  {  // the default ring, warm, against its plain pipeline
     const double pipe = pipeline_gbps(o, up, readers_for(o));
     std::printf("pipe  %7.2f GB/s  %.3fx limit: %u threads pread into their own slots of the ring + cudaMemcpyAsync, "
                 "no engine\n", pipe, pipe / limit, readers_for(o));
-    const run_result warm = measure(o, sched, up, *ring, false, tz::direct_mode::off);
+    const run_result warm = measure(o, sched, up, *ring, false);
     print("warm ring", warm, limit);
     std::printf("            %.3fx the plain pipeline\n", pipe > 0 ? warm.gbps / pipe : 0.0);
   }
@@ -479,26 +407,17 @@ int main(int argc, char** argv) {
     c.readers = config.readers;
     auto other = tz::unwrap(tz::make_pinned_ring(c.slot_count, c.slot_bytes));
     const double pipe = pipeline_gbps(c, up, readers_for(c));
-    const run_result warm = measure(c, sched, up, *other, false, tz::direct_mode::off);
+    const run_result warm = measure(c, sched, up, *other, false);
     std::printf("ring %3zu x %2zu MiB, %2u readers: pipe %7.2f GB/s %.3fx limit | load %7.2f GB/s %.3fx limit, %.3fx pipe "
                 "| prepare %.3f s, read %.3f, h2d-wait %.3f worker-s\n",
                 c.slot_count, c.slot_bytes / mib, readers_for(c), pipe, pipe / limit, warm.gbps, warm.gbps / limit,
                 pipe > 0 ? warm.gbps / pipe : 0.0, warm.timings.prepare_s, warm.timings.read_s, warm.timings.h2d_wait_s);
   }
-  if (o.direct_path) {
-    const double pin = register_limit_gbps(o, sched.thread_count());
-    std::printf("pin   %7.2f GB/s  page cache pinned + unpinned in place, %zu MiB chunks on %u threads, no copy\n", pin,
-                o.chunk_bytes / mib, sched.thread_count());
-    for (double f : o.fractions) {
-      const std::string what = "warm " + std::to_string(static_cast<int>(f * 100 + 0.5)) + "%";
-      print(what.c_str(), measure(o, sched, up, *ring, false, tz::direct_mode::on, f), limit);
-    }
-  }
   if (o.cold) {
     const double read_cold = read_limit_gbps(o, sched.thread_count(), true).gbps;
     std::printf("read  %7.2f GB/s  disk -> pinned slots, O_DIRECT pread on %u threads, no upload\n", read_cold,
                 sched.thread_count());
-    print("cold ring", measure(o, sched, up, *ring, true, tz::direct_mode::off), limit);
+    print("cold ring", measure(o, sched, up, *ring, true), limit);
   }
   if (synthetic && !o.keep) std::remove(o.file.c_str());
   return 0;

@@ -32,18 +32,8 @@ result<pinned_buffer> register_pinned(std::span<std::byte> memory) {
   return no_cuda("pinning " + std::to_string(memory.size()) + " caller bytes in place");
 }
 
-result<bool> read_only_register_supported(int device) {
-  return no_cuda("read-only host registration on cuda:" + std::to_string(device));
-}
-
-result<host_registration> register_read_only(int device, std::span<const std::byte> memory) {
-  return no_cuda("pinning " + std::to_string(memory.size()) + " read-only bytes in place on cuda:" +
-                 std::to_string(device));
-}
-
 // Nothing can own memory in this build: buffers and tickets are only ever empty.
 void pinned_buffer::release() noexcept {}
-void host_registration::release() noexcept {}
 void device_buffer::release() noexcept {}
 void upload_ticket::release() noexcept {}
 

@@ -109,32 +109,6 @@ void pinned_buffer::release() noexcept {
   registered_ = false;
 }
 
-result<bool> read_only_register_supported(int device) {
-  TZ_CHECK(detail::check_device(device, "read_only_register_supported"));
-  int supported = 0;
-  cudaError_t rc = cudaDeviceGetAttribute(&supported, cudaDevAttrHostRegisterReadOnlySupported, device);
-  if (rc != cudaSuccess) return failure("cudaDeviceGetAttribute", rc, device, "read-only host registration support");
-  return supported != 0;
-}
-
-result<host_registration> register_read_only(int device, std::span<const std::byte> memory) {
-  if (memory.empty()) return host_registration();
-  const std::string what = "pinning " + std::to_string(memory.size()) + " read-only bytes in place";
-  TZ_TRY(scope, detail::device_scope::enter(device, what));
-  // The runtime takes a non-const pointer, but with cudaHostRegisterReadOnly it never writes.
-  void* data = const_cast<std::byte*>(memory.data());
-  cudaError_t rc = cudaHostRegister(data, memory.size(), cudaHostRegisterReadOnly | cudaHostRegisterPortable);
-  if (rc != cudaSuccess) return failure("cudaHostRegister", rc, device, what);
-  return host_registration(memory.data(), memory.size());
-}
-
-void host_registration::release() noexcept {
-  // Errors are ignored for the reasons given in pinned_buffer::release.
-  if (data_ != nullptr) static_cast<void>(cudaHostUnregister(const_cast<std::byte*>(data_)));
-  data_ = nullptr;
-  size_bytes_ = 0;
-}
-
 result<device_buffer> alloc_device(int device, std::size_t size_bytes) {
   const std::string what = "device buffer of " + std::to_string(size_bytes) + " bytes";
   TZ_CHECK(detail::check_device(device, what));

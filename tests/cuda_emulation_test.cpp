@@ -7,7 +7,6 @@
 // fail on the host path, and load the same bytes where they load.
 #include "tz/cuda_emulation.hpp"
 #include "tz/device_load.hpp"
-#include "tz/file_source.hpp"
 #include "tz/format/encryption.hpp"
 #include "tz/memory_source.hpp"
 
@@ -23,7 +22,6 @@
 #include <random>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -271,7 +269,6 @@ std::vector<std::byte> corrupt(std::vector<std::byte> file, std::mt19937_64& rng
 struct outcome {
   std::optional<std::string> error;
   std::map<std::string, std::vector<std::byte>> tensors;
-  std::uint64_t direct_bytes = 0;  // device loads: copied straight from the page cache
 };
 
 outcome host_load(tz::scheduler& sched, std::shared_ptr<tz::byte_source> src, bool verify,
@@ -291,27 +288,17 @@ outcome host_load(tz::scheduler& sched, std::shared_ptr<tz::byte_source> src, bo
   return out;
 }
 
-// `local_file` set: half the bytes straight from the page cache (that file, pinned in place in
-// 64 KiB chunks), the rest through the ring at the same time.
 outcome device_load(tz::scheduler& sched, tz::cuda::uploader& up, tz::lease_ring& ring,
-                    std::shared_ptr<tz::byte_source> src, bool verify, const tz::format::decryption* decryption,
-                    const std::string& local_file = {}) {
+                    std::shared_ptr<tz::byte_source> src, bool verify, const tz::format::decryption* decryption) {
   auto l = tz::loader::open(sched, src);
   if (!l) return {l.error().message, {}};
   tz::device_load_options o;
   o.ring = &ring;
   o.verify = verify;
   if (decryption) o.decryption = *decryption;
-  if (!local_file.empty()) {
-    o.direct_from_page_cache = tz::direct_mode::on;
-    o.local_file = local_file;
-    o.direct_fraction = 0.5;
-    o.direct_chunk_bytes = 64 * kib;
-  }
   auto t = tz::load_to_device(sched, up, *l, src, {}, o);
   if (!t) return {t.error().message, {}};
   outcome out;
-  out.direct_bytes = t->direct_bytes();
   for (std::size_t i = 0; i < t->size(); ++i) {
     std::vector<std::byte> got(t->size_bytes(i));
     REQUIRE(ok(tz::cuda::download(t->buffer(), t->device_offset(i), got)));
@@ -332,16 +319,13 @@ TEST_CASE("corrupted files: the device path fails where the host path fails, and
     std::vector<std::byte> file;
     bool verify;
     bool encrypted;
-    bool direct = false;  // the device load takes half from the page cache (a file, not memory)
   };
   // Tensors of 40-140 KiB through 64 KiB slots: whole tensors packed into a slot and split ones.
   const auto plain = write_floats(7, 40 * kib);
   std::vector<variant> variants = {{"plain, verified", plain, true, false},
                                    {"plain, unverified", plain, false, false},
-                                   {"encrypted", write_floats(4, 40 * kib, &enc), false, true},
-                                   {"plain, unverified, half direct from the page cache", plain, false, false, true}};
-  const std::string path = std::string(TZ_BINARY_DIR) + "/cuda_emulation_fuzz_" + std::to_string(::getpid());
-  int failures = 0, loads = 0, differing = 0, direct_loads = 0;
+                                   {"encrypted", write_floats(4, 40 * kib, &enc), false, true}};
+  int failures = 0, loads = 0, differing = 0;
   // TZ_FUZZ_ROUNDS / TZ_FUZZ_SEED: longer or other runs by hand; CI runs 120 rounds of one seed.
   const int rounds = std::getenv("TZ_FUZZ_ROUNDS") ? std::atoi(std::getenv("TZ_FUZZ_ROUNDS")) : 120;
   const auto seed = std::getenv("TZ_FUZZ_SEED") ? std::strtoull(std::getenv("TZ_FUZZ_SEED"), nullptr, 10) : 20261122;
@@ -359,20 +343,15 @@ TEST_CASE("corrupted files: the device path fails where the host path fails, and
         CAPTURE(round);
         auto bytes = corrupt(v.file, rng);
         std::shared_ptr<tz::byte_source> src = std::make_shared<tz::memory_source>(bytes, "mem-fuzz");
-        if (v.direct) {
-          std::ofstream(path, std::ios::binary | std::ios::trunc)
-              .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-          src = tz::file_source::open(path).value();
-        }
         const tz::format::decryption* d = v.encrypted ? &decryption : nullptr;
         const outcome host = host_load(sched, src, v.verify, d);
-        const outcome dev = device_load(sched, up, *ring, src, v.verify, d, v.direct ? path : std::string());
+        const outcome dev = device_load(sched, up, *ring, src, v.verify, d);
         REQUIRE_MESSAGE(host.error.has_value() == dev.error.has_value(),
                         "host: " << host.error.value_or("loaded") << " | device: " << dev.error.value_or("loaded"));
         CHECK(ring->available() == ring->slot_count());
         if (host.error) {
           ++failures;
-          CHECK(dev.error->find(v.direct ? path : std::string("mem-fuzz")) != std::string::npos);  // names the source
+          CHECK(dev.error->find("mem-fuzz") != std::string::npos);  // names the source
           continue;
         }
         ++loads;
@@ -380,15 +359,12 @@ TEST_CASE("corrupted files: the device path fails where the host path fails, and
         // Hashes and MACs admit no silently wrong tensor: a checked load that succeeds is the original.
         if (v.verify || v.encrypted) CHECK(dev.tensors == original.tensors);
         if (dev.tensors != original.tensors) ++differing;
-        if (dev.direct_bytes > 0) ++direct_loads;
       }
     }
   }
-  std::remove(path.c_str());
   MESSAGE(failures << " corrupted files failed on both paths, " << loads << " loaded alike (" << differing
                    << " of them, unverified, with changed tensor bytes)");
   CHECK(failures > 0);
   CHECK(loads > 0);
-  CHECK(direct_loads > 0);
   check_nothing_alive();
 }

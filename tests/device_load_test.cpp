@@ -1,8 +1,7 @@
 // Loading to GPU memory. Suite "host" (no GPU): the plan (whole tensors packed, large ones cut at
 // cipher-chunk multiples, 256-byte device offsets) and dtype mapping. Suite "gpu" (exit 77 without
 // one): device bytes equal the reference manifests, encrypted files, filtered loads, many small
-// tensors, tensors larger than the whole ring, corrupt data, safetensors, bounded pinned memory, and
-// the direct path (page-cache pages pinned in place, no ring) and when it applies.
+// tensors, tensors larger than the whole ring, corrupt data, safetensors and bounded pinned memory.
 #include "tz/device_load.hpp"
 #include "tz/device_plan.hpp"
 #include "tz/file_source.hpp"
@@ -143,10 +142,10 @@ TEST_SUITE("host") {
     auto key = [](const tz::device_range& r) { return std::pair(r.offset_bytes, r.length_bytes); };
 
     auto same = plan;
-    tz::interleave_split_tensors(same, same.ranges.size(), 1);  // width 1: unchanged
+    tz::interleave_split_tensors(same, 1);  // width 1: unchanged
     for (std::size_t i = 0; i < before.size(); ++i) CHECK(key(same.ranges[i]) == key(before[i]));
 
-    tz::interleave_split_tensors(plan, plan.ranges.size(), 3);
+    tz::interleave_split_tensors(plan, 3);
     REQUIRE(plan.ranges.size() == before.size());
     std::vector<std::pair<std::uint64_t, std::uint64_t>> a, b;
     for (const auto& r : before) a.push_back(key(r));
@@ -166,10 +165,6 @@ TEST_SUITE("host") {
     CHECK(plan.ranges[2].split_slot == 2);
     CHECK(plan.ranges[3].split_slot == 0);  // round-robin: tensor 0 again before its third part
     CHECK(plan.ranges[3].part == 1);
-
-    auto head = tz::make_device_plan(sel, align, o).value();
-    tz::interleave_split_tensors(head, 3, 4);  // only [0, 3) moves: the rest keeps its place
-    for (std::size_t i = 3; i < before.size(); ++i) CHECK(key(head.ranges[i]) == key(before[i]));
   }
 
   TEST_CASE("a cipher chunk larger than a slot is refused with a clear error") {
@@ -428,104 +423,6 @@ TEST_SUITE("gpu") {
     CHECK(std::memcmp(da.data(), a.data(), 24) == 0);
     CHECK(std::memcmp(db.data(), b.data(), 6) == 0);
     CHECK(t->to_dlpack(ib).value()->dl_tensor.dtype.code == kDLInt);
-  }
-
-  TEST_CASE("direct from the page cache: every dtype, chunks cutting tensors, filtered, shared with the ring") {
-    require_gpu();
-    gpu g;
-    if (!tz::cuda::read_only_register_supported(0).value()) {
-      MESSAGE("cuda:0 cannot pin read-only host memory: the direct path is not tested");
-      return;
-    }
-    for (const char* name : {"small_mixed", "module", "nested", "meta_v4"}) {
-      CAPTURE(name);
-      const std::string path = vectors_dir() + "/" + name + ".tensors";
-      tz::device_load_options o;
-      o.direct_from_page_cache = tz::direct_mode::on;
-      o.direct_fraction = 1;
-      o.local_file = path;
-      o.direct_chunk_bytes = 4096;  // tiny chunks: most tensors span several registrations
-      auto t = g.load(open_file(path), {}, o);
-      REQUIRE(ok(t));
-      CHECK(t->direct_bytes() == t->data_bytes());
-      CHECK(t->ring_bytes() == 0);
-      auto hashes = manifest_hashes(vectors_dir() + "/" + name + ".manifest.json");
-      for (std::size_t i = 0; i < t->size(); ++i) {
-        CAPTURE(t->entry(i).name);
-        CHECK(tz::to_hex(tz::sha256(download(*t, i))) == hashes.at(t->entry(i).header_offset));
-      }
-    }
-    const std::string path = temp_path("direct");
-    auto bytes = write_floats(path, 5, 3 << 20);
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    tz::device_load_options o;
-    o.direct_from_page_cache = tz::direct_mode::automatic;
-    o.local_file = path;  // the file was just written, so it is in the page cache
-    o.direct_fraction = 1;
-    o.direct_chunk_bytes = 1 << 20;
-    o.direct_pinned_bytes = 3 << 20;
-    auto t = g.load(open_file(path), {}, o);
-    REQUIRE(ok(t));
-    CHECK(t->direct_from_page_cache());
-    check_floats(*t, 3 << 20);
-    CHECK(t->pinned_bytes_max() > 0);
-    CHECK(t->pinned_bytes_max() <= (3 << 20));
-    auto some = g.load(open_file(path), {4, 1}, o);
-    REQUIRE(ok(some));
-    CHECK(some->direct_from_page_cache());
-    REQUIRE(some->size() == 2);
-    check_floats(*some, 3 << 20);
-    // Half direct, half through a ring of 1 MiB slots, at the same time.
-    o.direct_fraction = 0.5;
-    o.slot_count = 4;
-    o.slot_bytes = 1 << 20;
-    auto both = g.load(open_file(path), {}, o);
-    REQUIRE(ok(both));
-    check_floats(*both, 3 << 20);
-    CHECK(both->direct_bytes() > both->data_bytes() / 4);
-    CHECK(both->direct_bytes() < both->data_bytes() * 3 / 4);
-    CHECK(both->pinned_bytes_max() <= both->ring_bytes() + (3 << 20));
-    o.direct_from_page_cache = tz::direct_mode::off;
-    auto ring = g.load(open_file(path), {}, o);
-    REQUIRE(ok(ring));
-    CHECK(ring->direct_bytes() == 0);
-    check_floats(*ring, 3 << 20);
-    std::remove(path.c_str());
-  }
-
-  TEST_CASE("the direct path applies only where it can, and says why when required") {
-    require_gpu();
-    gpu g;
-    const std::string path = vectors_dir() + "/small_mixed.tensors";
-    tz::device_load_options o;
-    CHECK(o.direct_from_page_cache == tz::direct_mode::off);  // opt-in: slower than the ring where measured
-    o.direct_from_page_cache = tz::direct_mode::automatic;
-    o.local_file = path;
-    o.verify = true;  // needs the bytes on the host: the ring path, automatically
-    auto verified = g.load(open_file(path), {}, o);
-    REQUIRE(ok(verified));
-    CHECK_FALSE(verified->direct_from_page_cache());
-    o.direct_from_page_cache = tz::direct_mode::on;
-    auto refused = g.load(open_file(path), {}, o);
-    REQUIRE_FALSE(refused.has_value());
-    CHECK(refused.error().code == tz::errc::invalid_argument);
-    CHECK(refused.error().message.find("verification") != std::string::npos);
-    o.verify = false;
-    o.local_file = vectors_dir() + "/module.tensors";  // another file: the sizes differ
-    auto other = g.load(open_file(path), {}, o);
-    REQUIRE_FALSE(other.has_value());
-    CHECK(other.error().code == tz::errc::invalid_argument);
-    o.local_file.clear();
-    CHECK_FALSE(g.load(open_file(path), {}, o).has_value());
-    o.direct_from_page_cache = tz::direct_mode::automatic;
-    auto unnamed = g.load(open_file(path), {}, o);  // no local file: the ring path
-    REQUIRE(ok(unnamed));
-    CHECK_FALSE(unnamed->direct_from_page_cache());
-    o.local_file = vectors_dir() + "/encrypted.tensors";
-    o.decryption = reference_key();
-    auto encrypted = g.load(open_file(o.local_file), {}, o);
-    REQUIRE(ok(encrypted));
-    CHECK_FALSE(encrypted->direct_from_page_cache());
   }
 
   TEST_CASE("device memory is returned after loads") {

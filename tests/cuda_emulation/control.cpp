@@ -144,13 +144,6 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
   return cudaSuccess;
 }
 
-cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
-  std::lock_guard lock(rt().mutex);
-  if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
-  *value = attribute == cudaDevAttrHostRegisterReadOnlySupported ? 1 : 0;
-  return cudaSuccess;
-}
-
 cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
   std::lock_guard lock(rt().mutex);
   if (!valid_device(current_device)) return fail(cudaErrorInvalidDevice);

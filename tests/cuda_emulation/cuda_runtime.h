@@ -39,10 +39,6 @@ enum cudaMemcpyKind {
   cudaMemcpyDefault = 4,
 };
 
-enum cudaDeviceAttr {
-  cudaDevAttrHostRegisterReadOnlySupported = 113,
-};
-
 struct CUstream_st;
 struct CUevent_st;
 using cudaStream_t = CUstream_st*;
@@ -55,7 +51,6 @@ struct cudaDeviceProp {
 
 inline constexpr unsigned cudaHostAllocPortable = 0x01;
 inline constexpr unsigned cudaHostRegisterPortable = 0x01;
-inline constexpr unsigned cudaHostRegisterReadOnly = 0x08;
 inline constexpr unsigned cudaEventBlockingSync = 0x01;
 inline constexpr unsigned cudaEventDisableTiming = 0x02;
 inline constexpr unsigned cudaStreamNonBlocking = 0x01;
@@ -68,7 +63,6 @@ cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device);
-cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device);
 cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes);
 
 cudaError_t cudaHostAlloc(void** host, std::size_t size_bytes, unsigned flags);

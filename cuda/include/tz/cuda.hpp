@@ -12,7 +12,6 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <utility>
 
 namespace tz::cuda {
 
@@ -85,53 +84,6 @@ result<pinned_buffer> alloc_pinned(std::size_t size_bytes);
 // Pins caller-owned memory in place (cudaHostRegister, portable). The memory must outlive the
 // returned buffer, whose destructor unregisters it. Errors as alloc_pinned.
 result<pinned_buffer> register_pinned(std::span<std::byte> memory);
-
-// Host pages pinned in place for the GPU to read, though the process itself may only read them:
-// a read-only mapping of a file in the page cache (cudaHostRegister with cudaHostRegisterReadOnly
-// and cudaHostRegisterPortable). Uploads read from it as from pinned memory, with no staging copy.
-// Move-only; the destructor unregisters the range, so destroy it only after every upload reading
-// it has completed. The pages stay owned by whoever mapped them.
-class host_registration {
- public:
-  host_registration() noexcept = default;
-  host_registration(host_registration&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_bytes_(std::exchange(other.size_bytes_, 0)) {}
-  host_registration& operator=(host_registration&& other) noexcept {
-    if (this != &other) {
-      release();
-      data_ = std::exchange(other.data_, nullptr);
-      size_bytes_ = std::exchange(other.size_bytes_, 0);
-    }
-    return *this;
-  }
-  host_registration(const host_registration&) = delete;
-  host_registration& operator=(const host_registration&) = delete;
-  ~host_registration() { release(); }
-
-  std::span<const std::byte> bytes() const noexcept { return {data_, size_bytes_}; }
-  std::size_t size_bytes() const noexcept { return size_bytes_; }
-  bool empty() const noexcept { return size_bytes_ == 0; }
-
- private:
-  friend result<host_registration> register_read_only(int device, std::span<const std::byte> memory);
-  host_registration(const std::byte* data, std::size_t size_bytes) noexcept : data_(data), size_bytes_(size_bytes) {}
-  void release() noexcept;
-
-  const std::byte* data_ = nullptr;
-  std::size_t size_bytes_ = 0;
-};
-
-// True when `device` can pin memory the host maps read-only
-// (cudaDevAttrHostRegisterReadOnlySupported). Fails with errc::no_device for a missing device.
-result<bool> read_only_register_supported(int device);
-
-// Pins `memory` in place for reading by the GPU, with `device` current (the registration is
-// portable to every device). Page-aligned ranges are best: a page may belong to one registration
-// only, and registering a range that overlaps another fails. Pinning faults in the pages (reading
-// them from disk when they are not cached) and costs time per page; the bytes are not copied.
-// An empty range gives an empty registration. Fails with errc::no_device without a GPU, errc::cuda
-// naming the range when CUDA refuses (unsupported, overlapping, or not mapped).
-result<host_registration> register_read_only(int device, std::span<const std::byte> memory);
 
 // One contiguous allocation in the memory of one device (cudaMalloc). Move-only; the destructor
 // frees it with that device made current, restoring the caller's current device afterwards.
