@@ -104,7 +104,7 @@ double load_gbps(tz::scheduler& sched, const std::string& path, const tz::format
   auto l = tz::loader::open(sched, tz::file_source::open(path).value()).value();
   tz::bench::pretouch(l.index().file_bytes + l.index().file_bytes / 4);  // see pretouch.hpp
   tz::load_options o;
-  o.decryption = d;
+  if (d != nullptr) o.decryption = *d;
   auto t0 = clock_type::now();
   auto r = l.load(sched, {}, o);
   if (!r) {
@@ -138,7 +138,7 @@ double load_into_gbps(tz::scheduler& sched, const std::string& path, const tz::f
     at += n;
   }
   tz::load_options o;
-  o.decryption = d;
+  if (d != nullptr) o.decryption = *d;
   auto t0 = clock_type::now();
   auto r = l.load_into(sched, std::move(dst), o);
   if (!r) {

@@ -321,7 +321,7 @@ std::string write_synthetic(const options& o) {
 
 struct run_result {
   double gbps = 0;
-  tz::device_load_timings timings;
+  tz::load_timings timings;
   std::uint64_t pinned_max = 0;
   std::uint64_t ring = 0;
 };
@@ -349,9 +349,9 @@ run_result measure(const options& o, tz::scheduler& sched, tz::cuda::uploader& u
 void print(const char* what, const run_result& r, double limit) {
   const auto& t = r.timings;
   std::printf("%-12s %7.2f GB/s  %.3fx limit | total %.3f s, prepare %.3f s | worker-s: read %.3f verify %.3f "
-              "decrypt %.3f upload %.3f h2d-wait %.3f | pinned max %.0f MiB (ring %.0f MiB)\n",
+              "decrypt %.3f upload %.3f wait %.3f | pinned max %.0f MiB (ring %.0f MiB)\n",
               what, r.gbps, r.gbps / limit, t.total_s, t.prepare_s, t.read_s, t.verify_s, t.decrypt_s, t.upload_s,
-              t.h2d_wait_s, static_cast<double>(r.pinned_max) / mib, static_cast<double>(r.ring) / mib);
+              t.wait_s, static_cast<double>(r.pinned_max) / mib, static_cast<double>(r.ring) / mib);
 }
 
 }  // namespace
@@ -409,9 +409,9 @@ int main(int argc, char** argv) {
     const double pipe = pipeline_gbps(c, up, readers_for(c));
     const run_result warm = measure(c, sched, up, *other, false);
     std::printf("ring %3zu x %2zu MiB, %2u readers: pipe %7.2f GB/s %.3fx limit | load %7.2f GB/s %.3fx limit, %.3fx pipe "
-                "| prepare %.3f s, read %.3f, h2d-wait %.3f worker-s\n",
+                "| prepare %.3f s, read %.3f, wait %.3f worker-s\n",
                 c.slot_count, c.slot_bytes / mib, readers_for(c), pipe, pipe / limit, warm.gbps, warm.gbps / limit,
-                pipe > 0 ? warm.gbps / pipe : 0.0, warm.timings.prepare_s, warm.timings.read_s, warm.timings.h2d_wait_s);
+                pipe > 0 ? warm.gbps / pipe : 0.0, warm.timings.prepare_s, warm.timings.read_s, warm.timings.wait_s);
   }
   if (o.cold) {
     const double read_cold = read_limit_gbps(o, sched.thread_count(), true).gbps;

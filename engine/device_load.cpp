@@ -13,10 +13,6 @@ namespace tz {
 
 namespace {
 
-// Tensors start at multiples of this in the device allocation (what cudaMalloc itself guarantees
-// for an allocation, so every tensor is as aligned as if it had its own).
-constexpr std::uint64_t device_align_bytes = 256;
-
 // The ring's memory as pinned host memory; one allocation, made by the ring's constructor.
 class pinned_allocator final : public buffer_allocator {
  public:

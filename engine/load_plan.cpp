@@ -126,8 +126,8 @@ result<std::vector<const format::tensor_entry*>> select_in_file_order(const form
   return out;
 }
 
-void interleave_split_tensors(load_plan& plan, std::size_t end, std::size_t width) {
-  end = std::min(end, plan.ranges.size());
+void interleave_split_tensors(load_plan& plan, std::size_t width) {
+  const std::size_t end = plan.ranges.size();
   if (width < 2 || end < 2) return;
   // Streams of range indices: one per split tensor (its parts, consecutive in the plan), one per
   // whole range.
@@ -157,7 +157,6 @@ void interleave_split_tensors(load_plan& plan, std::size_t end, std::size_t widt
   std::vector<load_range> reordered;
   reordered.reserve(plan.ranges.size());
   for (std::size_t i : order) reordered.push_back(std::move(plan.ranges[i]));
-  for (std::size_t i = end; i < plan.ranges.size(); ++i) reordered.push_back(std::move(plan.ranges[i]));
   plan.ranges = std::move(reordered);
 }
 

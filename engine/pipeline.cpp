@@ -175,7 +175,7 @@ task<result<void>> prepare_plan(scheduler& sched, pipeline& p, plan_options popt
     if (!p.with_headers && e->data_length == 0) p.tensors_done.fetch_add(1, std::memory_order_relaxed);
   }
   // A split tensor's SHA-256 is fed in part order: let several tensors advance at once.
-  if (p.options->verify) interleave_split_tensors(p.plan, p.plan.ranges.size(), readers);
+  if (p.options->verify) interleave_split_tensors(p.plan, readers);
   co_return result<void>{};
 }
 

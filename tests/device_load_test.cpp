@@ -3,7 +3,7 @@
 // one): device bytes equal the reference manifests, encrypted files, filtered loads, many small
 // tensors, tensors larger than the whole ring, corrupt data, safetensors and bounded pinned memory.
 #include "tz/device_load.hpp"
-#include "tz/device_plan.hpp"
+#include "tz/load_plan.hpp"
 #include "tz/file_source.hpp"
 #include "tz/format/encryption.hpp"
 #include "tz/format/writer.hpp"
@@ -54,6 +54,14 @@ std::map<std::uint64_t, std::string> manifest_hashes(const std::string& path) {
   return out;
 }
 
+// Plan options of a load through staging slots of `slot` bytes.
+tz::plan_options slot_plan(std::uint64_t slot) {
+  tz::plan_options o;
+  o.range_bytes = slot;
+  o.range_limit_bytes = slot;
+  return o;
+}
+
 // An index entry for planning tests: header of `header` bytes, then `data` bytes.
 tz::format::tensor_entry entry_at(std::uint64_t offset, std::uint64_t header, std::uint64_t data, std::string name) {
   tz::format::tensor_entry e;
@@ -78,21 +86,16 @@ TEST_SUITE("host") {
     std::vector<const tz::format::tensor_entry*> sel;
     for (auto& e : es) sel.push_back(&e);
     std::vector<std::uint64_t> align(sel.size(), tz::plain_split_align_bytes);
-    auto plan = tz::make_device_plan(sel, align, {1000, 64 << 10, true});
+    auto plan = tz::make_plan(sel, align, slot_plan(1000));
     REQUIRE(ok(plan));
     CHECK(plan->ranges.size() == 5);  // two 400-byte tensors per 1000-byte range
     for (const auto& r : plan->ranges) {
       CHECK(r.length_bytes <= 1000);
-      CHECK(r.split_slot == tz::no_split);
+      CHECK(r.split_tensor == tz::no_split);
       REQUIRE(r.pieces.size() == 4);
-      CHECK(r.pieces[0].header);
+      CHECK(r.pieces[0].what == tz::plan_piece::kind::header);
       CHECK(r.pieces[0].offset_bytes == r.offset_bytes);
     }
-    for (std::size_t i = 0; i < sel.size(); ++i) {
-      CHECK(plan->device_offset[i] % tz::device_align_bytes == 0);
-      if (i > 0) CHECK(plan->device_offset[i] >= plan->device_offset[i - 1] + 300);
-    }
-    CHECK(plan->device_bytes >= plan->device_offset.back() + 300);
     CHECK(plan->data_bytes == 3000);
   }
 
@@ -103,23 +106,23 @@ TEST_SUITE("host") {
                                              entry_at(523 + 4000 + 5 * chunk + 77, 50, 10, "tail")};
     std::vector<const tz::format::tensor_entry*> sel{&es[0], &es[1], &es[2]};
     std::vector<std::uint64_t> align{1, chunk, 1};
-    auto plan = tz::make_device_plan(sel, align, {2 * chunk + 1000, 64 << 10, true});
+    auto plan = tz::make_plan(sel, align, slot_plan(2 * chunk + 1000));
     REQUIRE(ok(plan));
     CHECK(plan->part_count[1] == 3);  // 2 + 2 + 1(+77 bytes) chunks
     std::uint64_t covered = 0;
     std::uint32_t part = 0;
     for (const auto& r : plan->ranges) {
-      if (r.split_slot != 1) continue;
+      if (r.split_tensor != 1) continue;
       CHECK(r.part == part++);
       REQUIRE(r.pieces.size() == 1);
-      CHECK_FALSE(r.pieces[0].header);  // the header comes from the header pass
+      CHECK(r.pieces[0].what == tz::plan_piece::kind::data);  // the header comes from the header pass
       CHECK(r.pieces[0].data_begin_bytes % chunk == 0);
       CHECK(r.offset_bytes == es[1].data_offset + r.pieces[0].data_begin_bytes);
       covered += r.length_bytes;
     }
     CHECK(covered == es[1].data_length);
-    CHECK(plan->ranges.front().split_slot == tz::no_split);
-    CHECK(plan->ranges.back().split_slot == tz::no_split);
+    CHECK(plan->ranges.front().split_tensor == tz::no_split);
+    CHECK(plan->ranges.back().split_tensor == tz::no_split);
   }
 
   TEST_CASE("interleaving lets several split tensors advance together, each in part order") {
@@ -135,11 +138,11 @@ TEST_SUITE("host") {
     std::vector<const tz::format::tensor_entry*> sel;
     for (const auto& e : es) sel.push_back(&e);
     const std::vector<std::uint64_t> align(sel.size(), tz::plain_split_align_bytes);
-    const tz::device_plan_options o{4u << 20, 64 << 10, true};
-    auto plan = tz::make_device_plan(sel, align, o).value();
+    const tz::plan_options o = slot_plan(4u << 20);
+    auto plan = tz::make_plan(sel, align, o).value();
     const auto before = plan.ranges;
     REQUIRE(before.size() == 11);  // 3 x 3 parts + the two small tensors' ranges
-    auto key = [](const tz::device_range& r) { return std::pair(r.offset_bytes, r.length_bytes); };
+    auto key = [](const tz::load_range& r) { return std::pair(r.offset_bytes, r.length_bytes); };
 
     auto same = plan;
     tz::interleave_split_tensors(same, 1);  // width 1: unchanged
@@ -155,15 +158,15 @@ TEST_SUITE("host") {
     CHECK(a == b);  // a permutation: every range once
     std::map<std::uint32_t, std::uint32_t> next_part;
     for (const auto& r : plan.ranges) {
-      if (r.split_slot == tz::no_split) continue;
-      CHECK(r.part == next_part[r.split_slot]);  // parts keep their order
-      ++next_part[r.split_slot];
+      if (r.split_tensor == tz::no_split) continue;
+      CHECK(r.part == next_part[r.split_tensor]);  // parts keep their order
+      ++next_part[r.split_tensor];
     }
     // The first three ranges: parts 0 of tensor 0, of the small tensor 1 (whole) and of tensor 2.
-    CHECK(plan.ranges[0].split_slot == 0);
-    CHECK(plan.ranges[1].split_slot == tz::no_split);
-    CHECK(plan.ranges[2].split_slot == 2);
-    CHECK(plan.ranges[3].split_slot == 0);  // round-robin: tensor 0 again before its third part
+    CHECK(plan.ranges[0].split_tensor == 0);
+    CHECK(plan.ranges[1].split_tensor == tz::no_split);
+    CHECK(plan.ranges[2].split_tensor == 2);
+    CHECK(plan.ranges[3].split_tensor == 0);  // round-robin: tensor 0 again before its third part
     CHECK(plan.ranges[3].part == 1);
   }
 
@@ -171,23 +174,22 @@ TEST_SUITE("host") {
     auto e = entry_at(0, 100, 10 << 20, "big");
     std::vector<const tz::format::tensor_entry*> sel{&e};
     std::vector<std::uint64_t> align{4 << 20};
-    auto plan = tz::make_device_plan(sel, align, {1 << 20, 64 << 10, true});
+    auto plan = tz::make_plan(sel, align, slot_plan(1 << 20));
     REQUIRE_FALSE(plan.has_value());
     CHECK(plan.error().code == tz::errc::unsupported);
     CHECK(plan.error().message.find("big") != std::string::npos);
   }
 
-  TEST_CASE("meta and empty tensors get device space but no reads of data") {
+  TEST_CASE("meta and empty tensors are planned as headers alone, with no reads of data") {
     auto meta = entry_at(0, 64, 0, "meta");
     meta.deserialized_bytes = 1000;
     auto empty = entry_at(64, 64, 0, "empty");
     std::vector<const tz::format::tensor_entry*> sel{&meta, &empty};
     std::vector<std::uint64_t> align{1, 1};
-    auto plan = tz::make_device_plan(sel, align, {1 << 20, 64 << 10, true});
+    auto plan = tz::make_plan(sel, align, slot_plan(1 << 20));
     REQUIRE(ok(plan));
-    CHECK(plan->device_bytes == 1024);
     for (const auto& r : plan->ranges)
-      for (const auto& p : r.pieces) CHECK(p.header);
+      for (const auto& p : r.pieces) CHECK(p.what == tz::plan_piece::kind::header);
   }
 
   TEST_CASE("dtypes map to DLPack codes") {

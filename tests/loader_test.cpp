@@ -121,7 +121,7 @@ TEST_CASE("an encrypted file loads decrypted and verified with its key, and fail
   auto decryption = tz::format::decryption::from_key(reference_key());
   tz::load_options o;
   o.verify = true;
-  o.decryption = &decryption;
+  o.decryption = decryption;
   auto loaded = l.load(sched, {}, o);
   REQUIRE_MESSAGE(loaded.has_value(), (loaded ? "" : loaded.error().message));
   auto hashes = manifest_hashes(vectors_dir() + "/encrypted.manifest.json");
@@ -133,7 +133,7 @@ TEST_CASE("an encrypted file loads decrypted and verified with its key, and fail
   CHECK(loaded->timings().decrypt_s > 0);
 
   auto wrong = tz::format::decryption::from_key(tz::crypto::secret_key::random().value());
-  o.decryption = &wrong;
+  o.decryption = wrong;
   auto failed = l.load(sched, {}, o);
   REQUIRE_FALSE(failed.has_value());
   CHECK(failed.error().code == tz::errc::crypto);
@@ -142,8 +142,8 @@ TEST_CASE("an encrypted file loads decrypted and verified with its key, and fail
 
 TEST_CASE("multi-chunk encrypted tensors load whatever the range cuts, and a flipped byte names its chunk") {
   auto path = temp_path("chunks");
-  // Tensors of 5 MiB + 12 bytes (3 cipher chunks), small ones and an empty one; 1 MiB ranges cut
-  // through chunks, so chunks start in one range and end in another.
+  // Tensors of 5 MiB + 12 bytes (3 cipher chunks), small ones and an empty one. Ranges shorter than
+  // a chunk still hold whole chunks (a split tensor is cut at chunk multiples), longer ones several.
   auto key = tz::crypto::secret_key::random().value();
   auto enc = tz::format::tensorizer_encryptor::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
   std::vector<std::vector<std::byte>> plain;
@@ -170,7 +170,7 @@ TEST_CASE("multi-chunk encrypted tensors load whatever the range cuts, and a fli
     auto l = tz::loader::open(sched, tz::file_source::open(path).value()).value();
     tz::load_options o;
     o.verify = true;
-    o.decryption = &decryption;
+    o.decryption = decryption;
     o.range_bytes = range_bytes;
     return l.load(sched, {}, o);
   };
@@ -205,7 +205,7 @@ TEST_CASE("a plain file refuses a decryption key") {
   auto l = tz::loader::open(sched, tz::file_source::open(vectors_dir() + "/small_mixed.tensors").value()).value();
   auto decryption = tz::format::decryption::from_key(tz::crypto::secret_key::random().value());
   tz::load_options o;
-  o.decryption = &decryption;
+  o.decryption = decryption;
   auto r = l.load(sched, {}, o);
   REQUIRE_FALSE(r.has_value());
   CHECK(r.error().code == tz::errc::crypto);
@@ -329,38 +329,45 @@ TEST_CASE("a corrupted byte fails verification naming the tensor") {
   CHECK(r.error().message.find("t3") != std::string::npos);
 }
 
-namespace {
-// A stage that XORs every byte: applied to an XORed file it restores the plain bytes.
-struct xor_stage final : tz::range_stage {
-  std::atomic<int> calls{0};
-  tz::task<tz::result<void>> transform(const tz::load_range&, std::span<std::byte> bytes) override {
-    ++calls;
-    for (auto& b : bytes) b ^= std::byte{0x5a};
-    co_return tz::result<void>{};
-  }
-};
-}  // namespace
-
-TEST_CASE("a range stage runs on leases and its output reaches the destinations") {
-  auto path = temp_path("stage");
+TEST_CASE("tensors larger than a range are split, hashed part by part on any worker, and verified") {
+  auto path = temp_path("split");
   auto bytes = make_tensors_file(path, 12, 200000);
   std::remove(path.c_str());
   tz::scheduler sched(2);
-  auto plain = tz::loader::open(sched, std::make_shared<tz::memory_source>(bytes)).value();
-  auto scrambled = bytes;
-  for (const auto& e : plain.index().tensors) {
-    for (std::uint64_t k = e.header_offset; k < e.end_offset(); ++k) scrambled[k] ^= std::byte{0x5a};
-  }
-  auto l = tz::loader::open(sched, std::make_shared<tz::memory_source>(scrambled)).value();
-  xor_stage stage;
+  auto src = std::make_shared<tz::memory_source>(bytes, "mem-split");
+  auto l = tz::loader::open(sched, src).value();
   tz::load_options o;
-  o.stage = &stage;
   o.verify = true;
-  o.range_bytes = 256 << 10;
-  auto r = l.load(sched, {}, o);
-  REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error().message));
-  CHECK(stage.calls > 4);
-  for (std::size_t i = 0; i < 12; ++i) CHECK(tensor_matches(r->data(i), i, 200000));
+  o.range_bytes = 64 << 10;  // every tensor (~200 KB) is split into 4 KiB-aligned parts
+  for (unsigned readers : {1u, 3u, 8u}) {
+    CAPTURE(readers);
+    o.readers = readers;
+    auto r = l.load(sched, {}, o);
+    REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error().message));
+    for (std::size_t i = 0; i < 12; ++i) CHECK(tensor_matches(r->data(i), i, 200000));
+    // The same load into caller memory: parts land straight in the caller's spans.
+    std::vector<std::vector<std::byte>> mem(12);
+    std::vector<tz::tensor_destination> dst;
+    for (std::size_t i = 0; i < 12; ++i) {
+      mem[i].resize(l.index().tensors[i].deserialized_bytes);
+      dst.push_back({i, mem[i]});
+    }
+    auto into = l.load_into(sched, dst, o);
+    REQUIRE_MESSAGE(into.has_value(), (into ? "" : into.error().message));
+    for (std::size_t i = 0; i < 12; ++i) CHECK(tensor_matches(mem[i], i, 200000));
+  }
+  // A flipped byte in the third part of t7: the combined CRC32 (or the SHA-256) names the tensor.
+  for (std::uint64_t where : {std::uint64_t{0}, std::uint64_t{150000}, l.index().tensors[7].data_length - 1}) {
+    CAPTURE(where);
+    auto bad = bytes;
+    bad[l.index().tensors[7].data_offset + where] ^= std::byte{0x10};
+    auto lb = tz::loader::open(sched, std::make_shared<tz::memory_source>(bad, "mem-bad")).value();
+    auto r = lb.load(sched, {}, o);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code == tz::errc::hash_mismatch);
+    CHECK(r.error().message.find("'t7'") != std::string::npos);
+    CHECK(r.error().message.find("CRC32") != std::string::npos);  // checked first, combined over parts
+  }
 }
 
 TEST_CASE("a safetensors file loads through the same pipeline") {

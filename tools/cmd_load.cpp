@@ -1,5 +1,6 @@
 // `tensorizer load FILE|URI`: load every tensor into host memory and report GB/s and stage times.
 #include "cli.hpp"
+#include "load_report.hpp"
 #include "open_source.hpp"
 
 #include "tz/file_source.hpp"
@@ -26,6 +27,21 @@ constexpr const char* load_help =
     "  --json           one JSON object on stdout instead of text\n"
     "  --decrypt-key-file F | --decrypt-passphrase-file F   open an encrypted file\n";
 
+void print_report(const load_args& a, const loader& l, const loaded_tensors& r, unsigned threads, unsigned readers) {
+  cli::load_report rep;
+  rep.file = a.path;
+  rep.safetensors = l.kind() == file_kind::safetensors;
+  rep.destination = "host";
+  rep.tensors = r.size();
+  rep.data_bytes = r.data_bytes();
+  rep.timings = r.timings();
+  rep.verify = a.verify;
+  rep.direct = a.direct;
+  rep.threads = threads;
+  rep.readers = readers;
+  cli::print_load_report(rep, a.json);
+}
+
 struct load_args {
   std::string path;
   bool verify = false, direct = false, json = false;
@@ -38,30 +54,6 @@ void draw_progress(const load_progress& p) {
   int filled = static_cast<int>(frac * 40);
   std::fprintf(stderr, "\r[%-40.*s] %5.1f%%  %zu/%zu tensors", filled, "########################################",
                frac * 100, p.tensors_done, p.tensors_total);
-}
-
-void print_report(const load_args& a, const loader& l, const loaded_tensors& r, unsigned threads, unsigned readers) {
-  const auto& t = r.timings();
-  double seconds = t.open_s + t.total_s;
-  double gbps = seconds > 0 ? static_cast<double>(r.bytes()) / seconds / 1e9 : 0;
-  const char* kind = l.kind() == file_kind::tensorizer ? "tensorizer" : "safetensors";
-  if (a.json) {
-    std::printf("{\"file\":%s,\"format\":\"%s\",\"tensors\":%zu,\"bytes\":%llu,\"seconds\":%.6f,"
-                "\"gb_per_s\":%.3f,\"verify\":%s,\"direct\":%s,\"threads\":%u,\"readers\":%u,"
-                "\"stages\":{\"open_s\":%.6f,\"prepare_s\":%.6f,\"read_s\":%.6f,\"verify_s\":%.6f,"
-                "\"decrypt_s\":%.6f,\"total_s\":%.6f}}\n",
-                format::json_name(format::plain_path(a.path)).c_str(), kind, r.size(),
-                static_cast<unsigned long long>(r.bytes()), seconds, gbps, a.verify ? "true" : "false",
-                a.direct ? "true" : "false", threads, readers, t.open_s, t.prepare_s, t.read_s, t.verify_s,
-                t.decrypt_s, seconds);
-    return;
-  }
-  std::printf("%s (%s): %zu tensors, %llu bytes in %.3f s = %.2f GB/s\n", a.path.c_str(), kind, r.size(),
-              static_cast<unsigned long long>(r.bytes()), seconds, gbps);
-  std::printf("  open+index %.3f s, prepare %.3f s, read %.3f s, verify %.3f s, decrypt %.3f s "
-              "(verify and decrypt summed over workers), total %.3f s\n",
-              t.open_s, t.prepare_s, t.read_s, t.verify_s, t.decrypt_s, seconds);
-  std::printf("  %u worker threads, %u readers, %s reads\n", threads, readers, a.direct ? "O_DIRECT" : "buffered");
 }
 
 result<load_args> parse_load(const cli::args& a) {
@@ -87,7 +79,7 @@ int cmd_load(int argc, char** argv) {
   valued.insert(valued.end(), cli::decrypt_options.begin(), cli::decrypt_options.end());
   auto a = cli::parse(argc, argv, 2, valued, cli::with_remote_flags({"--verify", "--direct", "--json", "--help"}));
   if (!a) return cli::usage_error("load", a.error().message, load_help);
-  if (a->has("--help")) return std::printf("%s%s", load_help, cli::remote_help), 0;
+  if (a->has("--help")) return std::printf("%s%s%s", load_help, cli::load_rate_help, cli::remote_help), 0;
   auto args = parse_load(*a);
   if (!args) return cli::usage_error("load", args.error().message, load_help);
   auto remote = cli::remote_options_from(*a);
@@ -106,7 +98,7 @@ int cmd_load(int argc, char** argv) {
     load_options o;
     o.verify = args->verify;
     o.readers = args->readers ? args->readers : 2 * sched.thread_count();
-    o.decryption = decryption->has_value() ? &**decryption : nullptr;
+    o.decryption = std::move(*decryption);
     const bool tty = !args->json && ::isatty(STDERR_FILENO);
     if (tty) o.on_progress = draw_progress;
     auto r = l->load(sched, {}, o);

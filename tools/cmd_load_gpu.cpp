@@ -1,6 +1,7 @@
 // tensorizer load --device cuda:N: loads a file or URI straight into GPU memory and reports the
 // per-stage timings. The `load` subcommand dispatches here when --device names a GPU.
 #include "cli.hpp"
+#include "load_report.hpp"
 #include "open_source.hpp"
 
 #include "tz/device_load.hpp"
@@ -82,29 +83,22 @@ result<std::vector<std::size_t>> select_names(const loader& l, const std::vector
   return which;
 }
 
-void print_report(const load_device_args& a, const loader& l, const device_tensors& t, const std::string& device) {
-  const auto& s = t.timings();
-  const double gb = static_cast<double>(t.data_bytes()) / 1e9;
-  if (a.json) {
-    const char* kind = l.kind() == file_kind::tensorizer ? "tensorizer" : "safetensors";
-    std::printf("{\"file\":%s,\"format\":\"%s\",\"device\":\"%s\",\"tensors\":%zu,\"bytes\":%llu,\"seconds\":%.6f,"
-                "\"gb_per_s\":%.3f,\"verify\":%s,\"direct\":%s,\"streams\":%d,\"ring_bytes\":%llu,"
-                "\"pinned_max_bytes\":%llu,\"stages\":{\"prepare_s\":%.6f,\"read_s\":%.6f,\"verify_s\":%.6f,"
-                "\"decrypt_s\":%.6f,\"upload_s\":%.6f,\"h2d_wait_s\":%.6f,\"total_s\":%.6f}}\n",
-                format::json_name(format::plain_path(a.path)).c_str(), kind, device.c_str(), t.size(),
-                static_cast<unsigned long long>(t.data_bytes()), s.total_s, s.total_s > 0 ? gb / s.total_s : 0.0,
-                a.options.verify ? "true" : "false", a.direct ? "true" : "false", a.streams,
-                static_cast<unsigned long long>(t.ring_bytes()), static_cast<unsigned long long>(t.pinned_bytes_max()),
-                s.prepare_s, s.read_s, s.verify_s, s.decrypt_s, s.upload_s, s.h2d_wait_s, s.total_s);
-    return;
-  }
-  std::printf("loaded %zu tensors, %.3f GB onto %s in %.3f s: %.2f GB/s\n", t.size(), gb, device.c_str(), s.total_s,
-              s.total_s > 0 ? gb / s.total_s : 0.0);
-  std::printf("  prepare %.3f s (plan, header pass, allocations)\n", s.prepare_s);
-  std::printf("  worker-seconds: read %.3f, verify %.3f, decrypt %.3f, upload %.3f, H2D wait %.3f\n", s.read_s,
-              s.verify_s, s.decrypt_s, s.upload_s, s.h2d_wait_s);
-  std::printf("  pinned staging: at most %.1f MiB held of a %.1f MiB ring\n",
-              static_cast<double>(t.pinned_bytes_max()) / (1 << 20), static_cast<double>(t.ring_bytes()) / (1 << 20));
+void print_report(const load_device_args& a, const loader& l, const device_tensors& t, const std::string& device,
+                  unsigned threads) {
+  cli::load_report rep;
+  rep.file = a.path;
+  rep.safetensors = l.kind() == file_kind::safetensors;
+  rep.destination = device;
+  rep.tensors = t.size();
+  rep.data_bytes = t.data_bytes();
+  rep.timings = t.timings();
+  rep.verify = a.options.verify;
+  rep.direct = a.direct;
+  rep.threads = threads;
+  rep.readers = a.options.readers;  // 0: automatic
+  rep.ring_bytes = t.ring_bytes();
+  rep.pinned_max_bytes = t.pinned_bytes_max();
+  cli::print_load_report(rep, a.json);
 }
 
 }  // namespace
@@ -120,6 +114,7 @@ int cmd_load_device(int argc, char** argv, const std::string& device) {
   if (!a) return cli::usage_error("load", a.error().message, load_device_help);
   if (a->has("--help")) {
     std::fputs(load_device_help, stdout);
+    std::fputs(cli::load_rate_help, stdout);
     std::fputs(cli::remote_help, stdout);
     return 0;
   }
@@ -147,6 +142,6 @@ int cmd_load_device(int argc, char** argv, const std::string& device) {
   if (!which) return cli::fail("load", which.error());
   auto loaded = load_to_device(sched, *up, *opened, *src, std::move(*which), std::move(args->options));
   if (!loaded) return cli::fail("load", loaded.error());
-  print_report(*args, *opened, *loaded, device);
+  print_report(*args, *opened, *loaded, device, sched.thread_count());
   return 0;
 }

@@ -103,10 +103,12 @@ std::vector<std::size_t> checked_indices(const reader_handle& r, const std::opti
   return *which;
 }
 
+// The same keys for host and device loads (see tz::load_timings).
 pyb::dict timings_dict(const load_timings& t) {
   pyb::dict d;
-  d["open_s"] = t.open_s, d["prepare_s"] = t.prepare_s, d["read_s"] = t.read_s;
-  d["verify_s"] = t.verify_s, d["decrypt_s"] = t.decrypt_s, d["total_s"] = t.total_s;
+  d["open_s"] = t.open_s, d["prepare_s"] = t.prepare_s, d["transfer_s"] = t.transfer_s, d["total_s"] = t.total_s;
+  d["read_s"] = t.read_s, d["verify_s"] = t.verify_s, d["decrypt_s"] = t.decrypt_s;
+  d["upload_s"] = t.upload_s, d["wait_s"] = t.wait_s;
   return d;
 }
 
@@ -126,7 +128,7 @@ std::shared_ptr<loaded_handle> load_host(reader_handle& r, std::vector<std::size
   load_options o;
   o.verify = verify;
   o.readers = readers;
-  o.decryption = keys ? &keys->decryption : nullptr;
+  if (keys) o.decryption = keys->decryption;
   auto h = std::make_shared<loaded_handle>();
   h->sched = r.sched;
   {
@@ -201,13 +203,7 @@ void register_reader(pyb::module_& m) {
                              [](const loaded_handle& h) { return h.host ? h.host->bytes() : h.device->data_bytes(); })
       .def_property_readonly("timings",
                              [](const loaded_handle& h) {
-                               if (h.host) return timings_dict(h.host->timings());
-                               const auto& t = h.device->timings();
-                               pyb::dict d;
-                               d["prepare_s"] = t.prepare_s, d["read_s"] = t.read_s, d["verify_s"] = t.verify_s;
-                               d["decrypt_s"] = t.decrypt_s, d["upload_s"] = t.upload_s;
-                               d["h2d_wait_s"] = t.h2d_wait_s, d["total_s"] = t.total_s;
-                               return d;
+                               return timings_dict(h.host ? h.host->timings() : h.device->timings());
                              })
       .def(
           "buffer",

@@ -1621,7 +1621,7 @@ def _record_perf_stats(loaded) -> None:
         _perf_stats["file_readinto_secs"] += t.get("read_s", 0.0)
         _perf_stats["file_readinto_bytes"] += loaded.bytes
         if loaded.device >= 0:
-            _perf_stats["tensor_to_device_secs"] += t.get("h2d_wait_s", 0.0)
+            _perf_stats["tensor_to_device_secs"] += t.get("upload_s", 0.0) + t.get("wait_s", 0.0)
             _perf_stats["tensor_to_device_bytes"] += loaded.bytes
         _perf_stats["verify_secs"] += t.get("verify_s", 0.0)
         _perf_stats["decrypt_secs"] += t.get("decrypt_s", 0.0)

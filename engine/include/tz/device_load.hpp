@@ -23,6 +23,10 @@
 
 namespace tz {
 
+// Tensors start at multiples of this in a load's device allocation (what cudaMalloc itself
+// guarantees for an allocation, so every tensor is as aligned as if it had its own).
+inline constexpr std::uint64_t device_align_bytes = 256;
+
 // A load to device memory: load_options (readers, verify, decryption, progress; range_bytes,
 // prefault and huge_pages are host-only and ignored) plus the pinned staging ring.
 struct device_load_options : load_options {

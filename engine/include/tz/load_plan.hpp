@@ -78,10 +78,10 @@ result<std::vector<const format::tensor_entry*>> select_in_file_order(const form
 result<load_plan> make_plan(std::span<const format::tensor_entry* const> selected,
                             std::span<const std::uint64_t> split_align_bytes, const plan_options& options);
 
-// Reorders ranges [0, end) so that up to `width` split tensors advance together, their parts
+// Reorders the ranges so that up to `width` split tensors advance together, their parts
 // taken round-robin (each tensor's parts keep their order; whole ranges keep theirs). A split
 // tensor's SHA-256 is fed part by part in order, so in file order one tensor hashes on one core at
 // a time; interleaved, `width` tensors hash at once. Pure.
-void interleave_split_tensors(load_plan& plan, std::size_t end, std::size_t width);
+void interleave_split_tensors(load_plan& plan, std::size_t width);
 
 }  // namespace tz

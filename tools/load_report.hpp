@@ -1,0 +1,38 @@
+// The one report of `tensorizer load`, host or device: the same bytes over the same interval.
+#pragma once
+
+#include "tz/loader.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace tz::cli {
+
+// What a load did. The rate is data_bytes / total_s: the stored tensor data read from the source,
+// over the wall time from the load call until every tensor is in place and checked (host memory,
+// or every copy to the device completed). Opening (reading the index) is reported apart, as open_s.
+struct load_report {
+  std::string file;
+  bool safetensors = false;
+  std::string destination;  // "host" or "cuda:N"
+  std::size_t tensors = 0;
+  std::uint64_t data_bytes = 0;
+  load_timings timings;
+  bool verify = false;
+  bool direct = false;  // O_DIRECT reads
+  unsigned threads = 0;
+  unsigned readers = 0;
+  std::uint64_t ring_bytes = 0;        // device loads: the pinned staging ring
+  std::uint64_t pinned_max_bytes = 0;  // device loads: the most of it held at once
+};
+
+// Text for people, or one JSON object (json) on stdout.
+void print_load_report(const load_report& r, bool json);
+
+// The help lines that say how the rate is computed.
+inline constexpr const char* load_rate_help =
+    "  Rate: GB/s = stored tensor data bytes / seconds from the load call until every tensor is in\n"
+    "  place and checked (open, the index read, is open_s and not included). Stage times other than\n"
+    "  prepare/transfer/total are worker-seconds summed over the readers.\n";
+
+}  // namespace tz::cli
