@@ -107,7 +107,8 @@ TEST_CASE("crc32_combine: edge cases and agreement with zlib's crc32_combine on 
 
 TEST_CASE("sha256: FIPS 180-2 vectors, one-shot and incremental") {
   CHECK(tz::sha256({}) == digest_of_hex("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"));
-  CHECK(tz::sha256(as_bytes("abc")) == digest_of_hex("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
+  CHECK(tz::sha256(as_bytes("abc")) ==
+        digest_of_hex("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"));
   CHECK(tz::sha256(as_bytes("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) ==
         digest_of_hex("248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"));
   const std::string million(1000000, 'a');
