@@ -1,0 +1,18 @@
+# bench/hash.cmake: hash_bench, single-core CRC-32 / SHA-256 throughput of each library found here.
+# libdeflate and ISA-L are optional for the benchmark (rows left out when absent).
+add_executable(hash_bench ${CMAKE_CURRENT_SOURCE_DIR}/hash_bench.cpp)
+target_link_libraries(hash_bench PRIVATE tz::crypto OpenSSL::Crypto ZLIB::ZLIB PkgConfig::SODIUM)
+pkg_check_modules(BENCH_LIBDEFLATE IMPORTED_TARGET libdeflate)
+if(BENCH_LIBDEFLATE_FOUND)
+  target_link_libraries(hash_bench PRIVATE PkgConfig::BENCH_LIBDEFLATE)
+  target_compile_definitions(hash_bench PRIVATE TZ_HAVE_LIBDEFLATE)
+endif()
+pkg_check_modules(BENCH_ISAL IMPORTED_TARGET libisal)
+if(BENCH_ISAL_FOUND)
+  target_link_libraries(hash_bench PRIVATE PkgConfig::BENCH_ISAL)
+  target_compile_definitions(hash_bench PRIVATE TZ_HAVE_ISAL)
+endif()
+tz_target_defaults(hash_bench)
+if(TZ_BUILD_TESTS)
+  add_test(NAME hash_bench_smoke COMMAND hash_bench --smoke)
+endif()
