@@ -76,8 +76,4 @@ std::string to_hex(std::span<const std::uint8_t> bytes) {
   return out;
 }
 
-std::uint32_t crc32_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t length_b) noexcept {
-  return static_cast<std::uint32_t>(::crc32_combine64(crc_a, crc_b, static_cast<z_off64_t>(length_b)));
-}
-
 }  // namespace tz

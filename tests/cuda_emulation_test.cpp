@@ -277,7 +277,7 @@ outcome host_load(tz::scheduler& sched, std::shared_ptr<tz::byte_source> src, bo
   if (!l) return {l.error().message, {}};
   tz::load_options o;
   o.verify = verify;
-  o.decryption = decryption;
+  if (decryption != nullptr) o.decryption = *decryption;
   auto t = l->load(sched, {}, o);
   if (!t) return {t.error().message, {}};
   outcome out;

@@ -27,6 +27,20 @@ constexpr const char* load_help =
     "  --json           one JSON object on stdout instead of text\n"
     "  --decrypt-key-file F | --decrypt-passphrase-file F   open an encrypted file\n";
 
+struct load_args {
+  std::string path;
+  bool verify = false, direct = false, json = false;
+  unsigned readers = 0, threads = 0;
+};
+
+// A one-line bar redrawn on stderr; only used when stderr is a terminal.
+void draw_progress(const load_progress& p) {
+  double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
+  int filled = static_cast<int>(frac * 40);
+  std::fprintf(stderr, "\r[%-40.*s] %5.1f%%  %zu/%zu tensors", filled, "########################################",
+               frac * 100, p.tensors_done, p.tensors_total);
+}
+
 void print_report(const load_args& a, const loader& l, const loaded_tensors& r, unsigned threads, unsigned readers) {
   cli::load_report rep;
   rep.file = a.path;
@@ -40,20 +54,6 @@ void print_report(const load_args& a, const loader& l, const loaded_tensors& r, 
   rep.threads = threads;
   rep.readers = readers;
   cli::print_load_report(rep, a.json);
-}
-
-struct load_args {
-  std::string path;
-  bool verify = false, direct = false, json = false;
-  unsigned readers = 0, threads = 0;
-};
-
-// A one-line bar redrawn on stderr; only used when stderr is a terminal.
-void draw_progress(const load_progress& p) {
-  double frac = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1.0;
-  int filled = static_cast<int>(frac * 40);
-  std::fprintf(stderr, "\r[%-40.*s] %5.1f%%  %zu/%zu tensors", filled, "########################################",
-               frac * 100, p.tensors_done, p.tensors_total);
 }
 
 result<load_args> parse_load(const cli::args& a) {

@@ -52,9 +52,6 @@ class sha256_hasher {
 
 sha256_digest sha256(std::span<const std::byte> bytes) noexcept;
 std::uint32_t crc32(std::span<const std::byte> bytes) noexcept;
-// The CRC-32 of A followed by B, from crc32(A), crc32(B) and B's length: lets pieces of one
-// stream be hashed on different threads (zlib's crc32_combine).
-std::uint32_t crc32_combine(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t length_b) noexcept;
 
 // Lower-case hex of any byte string.
 std::string to_hex(std::span<const std::uint8_t> bytes);
