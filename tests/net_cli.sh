@@ -42,13 +42,9 @@ check_uri() {
   "$cli" copy "$@" "$uri" "$work/down.tensors"
   same "$work/model.tensors" "$work/down.tensors" "copy $uri -> local is not byte-identical"
   rm -f "$work/down.tensors"
-  if "$cli" load --help 2>&1 | grep -q 'URI'; then
-    "$cli" load --json "$work/model.tensors" | grep -o '"bytes":[0-9]*' > "$work/local.load"
-    "$cli" load --json "$@" "$uri" | grep -o '"bytes":[0-9]*' > "$work/remote.load"
-    same "$work/local.load" "$work/remote.load" "load from $uri delivered other byte counts"
-  else
-    step "SKIP load from $uri: 'tensorizer load' takes no URI yet"
-  fi
+  "$cli" load --json "$work/model.tensors" | grep -o '"bytes":[0-9]*' > "$work/local.load"
+  "$cli" load --json "$@" "$uri" | grep -o '"bytes":[0-9]*' > "$work/remote.load"
+  same "$work/local.load" "$work/remote.load" "load from $uri delivered other byte counts"
   no_temp_left
 }
 

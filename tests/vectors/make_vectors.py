@@ -103,6 +103,9 @@ def tensor_record(spec, data, header, entry):
               "nbytes": tensor.numel() * tensor.element_size(), "sha256": hashlib.sha256(plain).hexdigest()}
     if tensor.is_meta:
         record["meta"] = True
+    elif not tensor.is_contiguous():
+        record["source_stride"] = list(tensor.stride())
+        record["source_storage_offset"] = tensor.storage_offset()
     if spec.note:
         record["note"] = spec.note
     if spec.module_index is not None:
