@@ -93,7 +93,7 @@ case $suite in
     no_temp_left
     check_uri "$url"
     check_uri "$url" --connections 1
-    step "the key layout of FORMAT.md §13"
+    step "the key layout of format/FORMAT.md §13"
     first=$(grep -o '"header_offset":[0-9]*' "$work/local.inspect" | head -1 | cut -d: -f2)
     len=$(redis-cli -p $((base + 379)) STRLEN "cli-sh-model:header:0")
     [[ $len == "$first" ]] || fail "header:0 holds $len bytes, expected $first"

@@ -145,7 +145,7 @@ def vectors_dir(tmp_path_factory):
 
 
 def tensor_layout(data: bytes) -> list:
-    """The metadata entries of a .tensors file (FORMAT.md §4.2), parsed independently of the
+    """The metadata entries of a .tensors file (format/FORMAT.md §4.2), parsed independently of the
     package: dicts with raw_name, dtype, shape, header_offset, data_offset, data_length."""
     count = int.from_bytes(data[57:65], "little")
     pos, out = 73, []

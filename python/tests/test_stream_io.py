@@ -1,4 +1,4 @@
-"""tensorizer.stream_io (FORMAT.md §12): open_stream's dispatch, local files, the remote stream
+"""tensorizer.stream_io (format/FORMAT.md §12): open_stream's dispatch, local files, the remote stream
 class over a byte source, CAInfo, S3 uploads on close; and real servers (nginx over HTTP/HTTPS,
 Redis, Ceph RGW for S3) started on loopback by scripts/servers/*.sh, skipped when they cannot start
 or when tensorizer._C is not built."""
@@ -543,7 +543,7 @@ def redis_server(server_root):
     redis = pytest.importorskip("redis")
     stop = start_server("redis.sh", server_root)
     client = redis.Redis(host="127.0.0.1", port=REDIS_PORT)
-    # A virtual file split into three keys, one with spaces and quotes in its name (FORMAT.md §13).
+    # A virtual file split into three keys, one with spaces and quotes in its name (format/FORMAT.md §13).
     pieces = [(b"header", DATA[:1000]), (b'a name with "quotes"', DATA[1000:6000]), (b"[0]", DATA[6000:])]
     offset = 0
     for name, value in pieces:

@@ -50,7 +50,7 @@ def bits(values, int_dtype, float_dtype):
 
 
 def state_dict_specs(sd, notes=None):
-    """write_state_dict's flattening (FORMAT.md §5.5): depth-first, in iteration order."""
+    """write_state_dict's flattening (format/FORMAT.md §5.5): depth-first, in iteration order."""
     notes = notes or {}
 
     def walk(node, path):
@@ -112,7 +112,7 @@ def small_mixed():
                             "+-FLT_MAX",
              "ünïcødé.名前.тензор.weight": "non-ASCII UTF-8 name"}
     skipped = []
-    # Dtypes torch 1.13 lacked: numpy-native unsigned ints and opaque float8 (FORMAT.md §7.1).
+    # Dtypes torch 1.13 lacked: numpy-native unsigned ints and opaque float8 (format/FORMAT.md §7.1).
     for name, dtype_name, values in (("u16.vector", "uint16", [0, 1, 40000, 65535]),
                                      ("u32.vector", "uint32", [0, 1, 2**31, 2**32 - 1]),
                                      ("u64.vector", "uint64", [0, 1, 2**62, 2**63 - 1])):
@@ -172,7 +172,7 @@ def tiny_model():
 
 
 def module_specs(model):
-    """write_module's order (FORMAT.md §5.4): per named_modules() entry, own params then own buffers."""
+    """write_module's order (format/FORMAT.md §5.4): per named_modules() entry, own params then own buffers."""
     specs = []
     for index, (module_name, module) in enumerate(model.named_modules()):
         for kind, members in (("PARAM", module.named_parameters(recurse=False)),

@@ -72,7 +72,7 @@ struct load_options {
   range_stage* stage = nullptr;
   // Opens an encrypted .tensors file (v3, or v4 with the encrypted flag): each tensor is decrypted
   // in place in its destination by the worker that completes it, then verified. Required for
-  // encrypted files, refused for plain ones (FORMAT.md §3.1). Must outlive the load.
+  // encrypted files, refused for plain ones (format/FORMAT.md §3.1). Must outlive the load.
   const format::decryption* decryption = nullptr;
   // Called after each completed range from a worker thread, never concurrently with itself.
   std::function<void(const load_progress&)> on_progress;
