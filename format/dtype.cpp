@@ -13,7 +13,7 @@ struct torch_map_row {
   bool opaque;
 };
 
-// torch dtypes and how tensorizer 2.11.1 stores them (FORMAT.md §7.1).
+// torch dtypes and how tensorizer 2.11.1 stores them (format/FORMAT.md §7.1).
 constexpr std::array<torch_map_row, 33> torch_rows{{
     {"torch.float16", "<f2", false},          {"torch.float32", "<f4", false},
     {"torch.float64", "<f8", false},          {"torch.int8", "|i1", false},
@@ -78,7 +78,7 @@ result<dtype_info> parse_dtype(std::string_view stored) {
       return bad(stored, "opaque torch part must be torch.<name>");
     if (size != 1 && size != 2 && size != 4 && size != 8) return bad(stored, "opaque item size must be 1, 2, 4 or 8");
   } else {
-    // A non-void numpy part followed by a torch part is used as numpy (FORMAT.md §7.1).
+    // A non-void numpy part followed by a torch part is used as numpy (format/FORMAT.md §7.1).
     d.opaque = false;
     d.torch = torch_for_numpy(std::string(1, order == '=' ? '<' : order) + std::string(numpy.substr(1)));
   }

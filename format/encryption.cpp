@@ -1,4 +1,4 @@
-// Decrypting and encrypting tensor data on the .tensors layout (FORMAT.md §9).
+// Decrypting and encrypting tensor data on the .tensors layout (format/FORMAT.md §9).
 #include "tz/format/encryption.hpp"
 
 namespace tz::format {

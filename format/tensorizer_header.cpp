@@ -167,7 +167,7 @@ result<tensor_header> parse_tensor_header(std::span<const std::byte> bytes, cons
   h.data_length = data_length;
   h.data_offset = entry.data_offset;
   TZ_CHECK(check_against_entry(h, fh, entry, source));
-  // H (FORMAT.md §8.2): the header with hash values zeroed and the crypt block cut out.
+  // H (format/FORMAT.md §8.2): the header with hash values zeroed and the crypt block cut out.
   h.hash_prefix.assign(bytes.begin(), bytes.end());
   for (const auto& sh : h.hashes)
     std::fill_n(h.hash_prefix.begin() + static_cast<std::ptrdiff_t>(sh.value_offset), sh.value.size(), std::byte{0});

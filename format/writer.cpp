@@ -1,4 +1,4 @@
-// The .tensors writer: the layout, hashes and version rules of tensorizer 2.11.1 (FORMAT.md §10).
+// The .tensors writer: the layout, hashes and version rules of tensorizer 2.11.1 (format/FORMAT.md §10).
 #include "tz/format/writer.hpp"
 
 #include <fcntl.h>
@@ -179,7 +179,7 @@ result<void> tensor_writer::state::write_tensor(const tensor_write& t) {
   if (metadata.size() > python_metadata_bytes) {
     metadata.resize(before);
     names.erase(name);
-    // A limit of the format (FORMAT.md §15), not an I/O failure.
+    // A limit of the format (format/FORMAT.md §15), not an I/O failure.
     return make_error(errc::unsupported, "file " + path + ": " + who + ": metadata overflow (the 256 KiB index is full)");
   }
   // Hashes cover H || plaintext, H = header with zeroed hash values and without the crypt block.

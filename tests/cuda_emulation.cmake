@@ -21,7 +21,7 @@ add_library(tz_backends_emulated STATIC)
 target_link_libraries(tz_backends_emulated PUBLIC tz_backends_objects tz_engine_emulated)
 
 tz_add_doctest(cuda_emulated_test SOURCES cuda_test.cpp LIBS tz_cuda_emulated)
-tz_add_doctest(device_load_emulated_test SOURCES device_load_test.cpp LIBS tz_backends_emulated)
+tz_add_doctest(device_load_emulated_test SOURCES device_load_test.cpp LIBS tz_backends_emulated REFERENCE)
 tz_add_doctest(cuda_emulation_test SOURCES cuda_emulation_test.cpp LIBS tz_backends_emulated)
 
 if(TZ_BUILD_BENCH)

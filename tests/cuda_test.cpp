@@ -334,19 +334,27 @@ TEST_SUITE("host") {
     if (!built_with_cuda()) CHECK(*count == 0);
   }
 
-  TEST_CASE("without a GPU every call reports no_device, with a message naming what was asked") {
-    if (available()) return;  // the GPU suite covers this machine
-    check_no_gpu_behaviour();
+  TEST_CASE("a device that is not there gives no_device from every call, with a message naming it") {
+    // Without a GPU that is cuda:0 and nothing works; with one (or the emulation), one past the last.
+    const int missing = device_count().value();
+    if (!available()) check_no_gpu_behaviour();
+    auto buffer = alloc_device(missing, 4096);
+    REQUIRE(failed(buffer));
+    CHECK(buffer.error().code == tz::errc::no_device);
+    CHECK(buffer.error().message.find("cuda:" + std::to_string(missing)) != std::string::npos);
+    auto up = uploader::create(missing);
+    REQUIRE(failed(up));
+    CHECK(up.error().code == tz::errc::no_device);
+    auto info = describe_device(missing);
+    REQUIRE(failed(info));
+    CHECK(info.error().code == tz::errc::no_device);
+    CHECK_FALSE(info.error().message.empty());
     auto registered = register_pinned({});
     if (built_with_cuda()) {
       CHECK(ok(registered));  // nothing to pin: no CUDA call is made
     } else {
       CHECK(registered.error().code == tz::errc::no_device);
     }
-    auto info = describe_device(0);
-    REQUIRE(failed(info));
-    CHECK(info.error().code == tz::errc::no_device);
-    CHECK_FALSE(info.error().message.empty());
     device_buffer none;
     std::vector<std::byte> out(16);
     CHECK(failed(download(none, 0, out)));

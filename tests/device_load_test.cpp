@@ -11,6 +11,7 @@
 #include "tz/memory_source.hpp"
 
 #include "float_model.hpp"
+#include "reference_vectors.hpp"
 
 #include <boost/json/src.hpp>
 
@@ -32,7 +33,7 @@ bool ok(const tz::result<T>& r) {
   return r.has_value();
 }
 
-std::string vectors_dir() { return std::string(TZ_SHARED_DIR) + "/vectors"; }
+std::string vectors_dir() { return tz_test::vectors_dir().string(); }
 
 std::string temp_path(const std::string& stem) {
   return std::string(TZ_BINARY_DIR) + "/device_load_test_" + stem + "_" + std::to_string(::getpid());
@@ -210,11 +211,13 @@ TEST_SUITE("host") {
     CHECK(code("torch.float8_e4m3fn") == std::make_pair(int(kDLUInt), 8));
   }
 
-  TEST_CASE("without a GPU a load to device reports no_device") {
-    if (tz::cuda::available()) return;
-    auto up = tz::cuda::uploader::create(0);
+  TEST_CASE("a load to a device that is not there reports no_device") {
+    // cuda:0 without a GPU; one past the last device with one (or under the emulation).
+    const int missing = tz::cuda::device_count().value();
+    auto up = tz::cuda::uploader::create(missing);
     REQUIRE_FALSE(up.has_value());
     CHECK(up.error().code == tz::errc::no_device);
+    CHECK(up.error().message.find("cuda:" + std::to_string(missing)) != std::string::npos);
   }
 }
 
@@ -266,8 +269,9 @@ tz::format::decryption reference_key() {
 }  // namespace
 
 TEST_SUITE("gpu") {
-  TEST_CASE("device bytes equal the reference manifests for every dtype (verified)") {
+  TEST_CASE("device bytes equal the reference manifests for every dtype (verified)" * doctest::test_suite("reference")) {
     require_gpu();
+    tz_test::require_vectors();
     gpu g;
     for (const char* name : {"small_mixed", "module", "nested", "meta_v4"}) {
       CAPTURE(name);
@@ -293,8 +297,9 @@ TEST_SUITE("gpu") {
     }
   }
 
-  TEST_CASE("an encrypted file decrypts in the staging slots, whole or split across slots") {
+  TEST_CASE("an encrypted file decrypts in the staging slots, whole or split across slots" * doctest::test_suite("reference")) {
     require_gpu();
+    tz_test::require_vectors();
     gpu g;
     auto hashes = manifest_hashes(vectors_dir() + "/encrypted.manifest.json");
     for (std::size_t slot_bytes : {std::size_t{16} << 20, std::size_t{2} << 20}) {

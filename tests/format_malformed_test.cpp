@@ -58,7 +58,7 @@ bool says(const error& e, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("malformed file headers are rejected with the offset of the bad field") {
+TEST_CASE("malformed file headers are rejected with the offset of the bad field" * doctest::test_suite("reference")) {
   tz_test::require_vectors();
   auto b = reference();
   auto bad_magic = b;
@@ -89,7 +89,7 @@ TEST_CASE("malformed file headers are rejected with the offset of the bad field"
   CHECK(says(open_error(none), "empty"));
 }
 
-TEST_CASE("malformed metadata entries and tensor headers are rejected") {
+TEST_CASE("malformed metadata entries and tensor headers are rejected" * doctest::test_suite("reference")) {
   tz_test::require_vectors();
   const auto b = reference();
   const auto e = locate_entry0(b);
@@ -196,7 +196,7 @@ std::vector<std::byte> as_version5(std::vector<std::byte> b, std::uint32_t first
   return b;
 }
 
-TEST_CASE("data version 5 files with tagged metadata entries are read") {
+TEST_CASE("data version 5 files with tagged metadata entries are read" * doctest::test_suite("reference")) {
   tz_test::require_vectors();
   tz_test::temp_dir tmp;
   const auto v5 = as_version5(reference(), 1);

@@ -1,4 +1,4 @@
-// format/ tests: the shared reference files read, verified and written back byte for byte.
+// format/ tests: the reference files (tests/vectors/make_vectors.py) read, verified and written back byte for byte.
 #include "format_test_util.hpp"
 #include "tz/format/file_reader.hpp"
 #include "tz/format/writer.hpp"
@@ -32,7 +32,7 @@ std::string sha_of_load(const tensor_entry& e, const std::vector<std::byte>& dat
 
 }  // namespace
 
-TEST_CASE("every tensor of the shared reference files matches its manifest") {
+TEST_CASE("every tensor of the reference files matches its manifest" * doctest::test_suite("reference")) {
   tz_test::require_vectors();
   for (const char* name : plain_vectors) {
     CAPTURE(name);
@@ -70,7 +70,7 @@ TEST_CASE("every tensor of the shared reference files matches its manifest") {
   }
 }
 
-TEST_CASE("reading and writing back a reference file gives identical bytes") {
+TEST_CASE("reading and writing back a reference file gives identical bytes" * doctest::test_suite("reference")) {
   tz_test::require_vectors();
   tz_test::temp_dir tmp;
   for (const char* name : plain_vectors) {
@@ -95,7 +95,7 @@ TEST_CASE("reading and writing back a reference file gives identical bytes") {
   }
 }
 
-TEST_CASE("the encrypted reference file's crypt-info blocks are parsed") {
+TEST_CASE("the encrypted reference file's crypt-info blocks are parsed" * doctest::test_suite("reference")) {
   tz_test::require_vectors();
   auto manifest = tz_test::read_json(tz_test::vectors_dir() / "encrypted.manifest.json").as_object();
   auto reader = file_reader::open((tz_test::vectors_dir() / "encrypted.tensors").string());
@@ -116,7 +116,7 @@ TEST_CASE("the encrypted reference file's crypt-info blocks are parsed") {
   CHECK(manifest.at("tensors").as_array().size() == reader->index().tensors.size());
 }
 
-TEST_CASE("a corrupted data byte fails verification naming the tensor and both values") {
+TEST_CASE("a corrupted data byte fails verification naming the tensor and both values" * doctest::test_suite("reference")) {
   tz_test::require_vectors();
   tz_test::temp_dir tmp;
   auto bytes = tz_test::read_file(tz_test::vectors_dir() / "small_mixed.tensors");

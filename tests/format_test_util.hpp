@@ -1,6 +1,7 @@
-// Helpers shared by the format tests: reading files, the shared reference vectors, temp paths.
+// Helpers shared by the format tests: reading files, the reference vectors, temp paths.
 #pragma once
 
+#include "reference_vectors.hpp"
 #include "result_printer.hpp"
 
 #include <boost/json.hpp>
@@ -15,13 +16,6 @@
 #include <vector>
 
 namespace tz_test {
-
-inline std::filesystem::path vectors_dir() { return std::filesystem::path(TZ_SHARED_DIR) / "vectors"; }
-
-// Exits 77 (CTest "skipped") when the shared reference vectors are absent.
-inline void require_vectors() {
-  if (!std::filesystem::exists(vectors_dir() / "small_mixed.tensors")) std::exit(77);
-}
 
 inline std::vector<std::byte> read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

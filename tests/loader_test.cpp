@@ -9,6 +9,7 @@
 #include "tz/memory_source.hpp"
 
 #include "float_model.hpp"
+#include "reference_vectors.hpp"
 
 #include <boost/json.hpp>  // compiled once, in tz::format (format/json.cpp)
 
@@ -24,7 +25,7 @@
 
 namespace {
 
-std::string vectors_dir() { return std::string(TZ_SHARED_DIR) + "/vectors"; }
+std::string vectors_dir() { return tz_test::vectors_dir().string(); }
 
 std::vector<std::byte> slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -81,8 +82,8 @@ constexpr auto tensor_matches = tz_test::floats_match;
 
 }  // namespace
 
-TEST_CASE("loaded bytes equal the reference manifests (verified, two workers)") {
-  if (!std::filesystem::exists(vectors_dir() + "/small_mixed.tensors")) std::exit(77);
+TEST_CASE("loaded bytes equal the reference manifests (verified, two workers)" * doctest::test_suite("reference")) {
+  tz_test::require_vectors();
   tz::scheduler sched(2);
   for (const char* name : {"small_mixed", "module", "nested", "meta_v4"}) {
     CAPTURE(name);
@@ -110,8 +111,8 @@ tz::crypto::secret_key reference_key() {
   return tz::crypto::secret_key::from_hex(std::string(doc.at("encryption").at("key_hex").as_string())).value();
 }
 
-TEST_CASE("an encrypted file loads decrypted and verified with its key, and fails without it or with another") {
-  if (!std::filesystem::exists(vectors_dir() + "/encrypted.tensors")) std::exit(77);
+TEST_CASE("an encrypted file loads decrypted and verified with its key, and fails without it or with another" * doctest::test_suite("reference")) {
+  tz_test::require_vectors();
   tz::scheduler sched(2);
   auto l = tz::loader::open(sched, tz::file_source::open(vectors_dir() + "/encrypted.tensors").value()).value();
   auto refused = l.load(sched);
@@ -200,7 +201,8 @@ TEST_CASE("multi-chunk encrypted tensors load whatever the range cuts, and a fli
   std::remove(path.c_str());
 }
 
-TEST_CASE("a plain file refuses a decryption key") {
+TEST_CASE("a plain file refuses a decryption key" * doctest::test_suite("reference")) {
+  tz_test::require_vectors();
   tz::scheduler sched(1);
   auto l = tz::loader::open(sched, tz::file_source::open(vectors_dir() + "/small_mixed.tensors").value()).value();
   auto decryption = tz::format::decryption::from_key(tz::crypto::secret_key::random().value());

@@ -42,13 +42,9 @@ check_uri() {
   "$cli" copy "$@" "$uri" "$work/down.tensors"
   same "$work/model.tensors" "$work/down.tensors" "copy $uri -> local is not byte-identical"
   rm -f "$work/down.tensors"
-  if "$cli" load --help 2>&1 | grep -q 'URI'; then
-    "$cli" load --json "$work/model.tensors" | grep -o '"bytes":[0-9]*' > "$work/local.load"
-    "$cli" load --json "$@" "$uri" | grep -o '"bytes":[0-9]*' > "$work/remote.load"
-    same "$work/local.load" "$work/remote.load" "load from $uri delivered other byte counts"
-  else
-    step "SKIP load from $uri: 'tensorizer load' takes no URI yet"
-  fi
+  "$cli" load --json "$work/model.tensors" | grep -o '"bytes":[0-9]*' > "$work/local.load"
+  "$cli" load --json "$@" "$uri" | grep -o '"bytes":[0-9]*' > "$work/remote.load"
+  same "$work/local.load" "$work/remote.load" "load from $uri delivered other byte counts"
   no_temp_left
 }
 
@@ -97,7 +93,7 @@ case $suite in
     no_temp_left
     check_uri "$url"
     check_uri "$url" --connections 1
-    step "the key layout of FORMAT.md §13"
+    step "the key layout of format/FORMAT.md §13"
     first=$(grep -o '"header_offset":[0-9]*' "$work/local.inspect" | head -1 | cut -d: -f2)
     len=$(redis-cli -p $((base + 379)) STRLEN "cli-sh-model:header:0")
     [[ $len == "$first" ]] || fail "header:0 holds $len bytes, expected $first"

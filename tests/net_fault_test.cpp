@@ -162,21 +162,23 @@ TEST_CASE("503 and 429 answers are retried and the read then succeeds") {
   }
 }
 
-TEST_CASE("a stalled body fails with a timeout naming the URL, offset and attempts within its deadline") {
+TEST_CASE("a stalled body fails with a timeout naming the URL, offset and attempts, after a bounded number") {
   fake_server server;
   auto options = quick_options();
   options.retry.attempts_max = 2;
   std::vector<std::byte> out;
-  auto start = std::chrono::steady_clock::now();
   auto r = read_all(options, server.url("/stall"), out);
-  auto elapsed = std::chrono::steady_clock::now() - start;
   REQUIRE_FALSE(r.has_value());
   CHECK(r.error().code == tz::errc::timeout);
   CHECK(r.error().message.find(server.url("/stall")) != std::string::npos);
   CHECK(r.error().message.find("offset 0") != std::string::npos);
-  CHECK(r.error().message.find("attempts") != std::string::npos);
-  // Progress refills the budget at most attempts_max times: at most 4 stalls of 300 ms plus backoff.
-  CHECK(elapsed < std::chrono::seconds(3));
+  // Every attempt makes progress (a third of the body, then a stall), and progress refills the budget
+  // at most attempts_max times: so at most 2 x attempts_max requests, each ended by the stall timeout.
+  // Counted, not timed: a wall-clock bound flakes on a loaded machine.
+  const auto made = server.ranges("/stall").size();
+  CHECK(made > static_cast<std::size_t>(options.retry.attempts_max));  // the refills did happen
+  CHECK(made <= static_cast<std::size_t>(2 * options.retry.attempts_max));
+  CHECK(r.error().message.find("after " + std::to_string(made) + " attempts") != std::string::npos);
 }
 
 TEST_CASE("a server that keeps answering 503 exhausts the retry budget with a clear error") {

@@ -286,7 +286,7 @@ result<void> output_target::publish(scheduler& sched) {
       auto reader = open_local_reader(path_);
       mapped_file m;
       if (!reader) {
-        r = make_error(errc::unsupported, out_ + ": redis:// takes .tensors files only (FORMAT.md §13): " +
+        r = make_error(errc::unsupported, out_ + ": redis:// takes .tensors files only (format/FORMAT.md §13): " +
                                               reader.error().message);
       } else if (r = map_file(path_, m); r) {
         const auto ranges = redis_layout(reader->index(), m.bytes());

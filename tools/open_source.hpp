@@ -76,7 +76,7 @@ class local_input {
 
 // Where a command writes OUT. A local OUT is written in place (the writers are atomic: temp file +
 // rename). A remote OUT is written to a temporary local file first; publish() then uploads it
-// (s3://: PutObject or multipart, aborted on failure; redis://: the FORMAT.md §13 key layout, .tensors
+// (s3://: PutObject or multipart, aborted on failure; redis://: the format/FORMAT.md §13 key layout, .tensors
 // only). The temporary file is removed by publish() and by the destructor, whatever happened.
 class output_target {
  public:
@@ -101,7 +101,7 @@ class output_target {
   remote_options options_;
 };
 
-// The Redis keys of a .tensors file (FORMAT.md §13): "header" at 0 = bytes [0, first tensor header),
+// The Redis keys of a .tensors file (format/FORMAT.md §13): "header" at 0 = bytes [0, first tensor header),
 // then per tensor "<stored name>" at header_offset (its header) and at data_offset (its data); the
 // end marker is not stored. `file` holds the whole file; the ranges point into it.
 std::vector<redis_range> redis_layout(const format::file_index& index, std::span<const std::byte> file);

@@ -1,4 +1,4 @@
-// Redis byte source and virtual-file sink (FORMAT.md §13) on blocking hiredis worker threads.
+// Redis byte source and virtual-file sink (format/FORMAT.md §13) on blocking hiredis worker threads.
 #include "tz/redis_source.hpp"
 
 #include "redis_client.hpp"

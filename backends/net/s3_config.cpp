@@ -1,4 +1,4 @@
-// S3 credential, endpoint and region resolution (FORMAT.md §12.1 plus the AWS environment chain).
+// S3 credential, endpoint and region resolution (format/FORMAT.md §12.1 plus the AWS environment chain).
 #include "tz/s3.hpp"
 
 #include <cstdlib>

@@ -75,7 +75,7 @@ reader_handle& open_reader(reader_handle& r) {
   return r;
 }
 
-// Module indices live only in the per-tensor headers (FORMAT.md §5.3): read each header once.
+// Module indices live only in the per-tensor headers (format/FORMAT.md §5.3): read each header once.
 std::vector<std::uint16_t> module_indices(reader_handle& r) {
   const auto& index = open_reader(r).opened->index();
   std::vector<std::uint16_t> out(index.tensors.size(), 0);

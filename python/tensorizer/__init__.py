@@ -1,5 +1,5 @@
 """tensorizer: fast loading of model weights from .tensors files, with tensorizer's Python API
-(FORMAT.md §11–§14) on a C++ engine (the extension module `tensorizer._C`).
+(format/FORMAT.md §11–§14) on a C++ engine (the extension module `tensorizer._C`).
 
 Names are imported on first use (PEP 562), so ``import tensorizer`` is cheap and the parts that do
 not need the native engine (`tensorizer.utils`, `tensorizer.protobuf`, `tensorizer.tensors_pb2`)

@@ -1,4 +1,4 @@
-"""Encryption and decryption parameters (FORMAT.md §9.5), backed by ``tensorizer._C``.
+"""Encryption and decryption parameters (format/FORMAT.md §9.5), backed by ``tensorizer._C``.
 
 ``EncryptionParams`` is handed to a ``TensorSerializer`` and ``DecryptionParams`` to a
 ``TensorDeserializer``. The key material itself lives in the native module's libsodium guarded

@@ -1,4 +1,4 @@
-"""tensorizer's legacy protobuf model format (FORMAT.md §14.2, tensors.proto), unrelated to .tensors.
+"""tensorizer's legacy protobuf model format (format/FORMAT.md §14.2, tensors.proto), unrelated to .tensors.
 
 `serialize_model(model, stream)` writes one `tensors.Module` holding an Attribute per named module,
 each holding its parameters and buffers as Tensor attributes; `deserialize_model(model, stream)`

@@ -1,4 +1,4 @@
-"""tensorizer's reading and writing API (FORMAT.md §11) on top of the native engine ``tensorizer._C``.
+"""tensorizer's reading and writing API (format/FORMAT.md §11) on top of the native engine ``tensorizer._C``.
 
 The engine does every byte of I/O, hashing, encryption and decryption (with the GIL released);
 this module is the PyTorch-facing layer: names and structure, devices, dtypes, ``torch.nn.Module``
@@ -27,7 +27,7 @@ engine kind         raised as
 A missing tensor *name* in a ``TensorDeserializer`` is a ``KeyError`` (``"Tensor <k> not found"``),
 raised by this module, not by the engine.
 
-Deliberate differences from tensorizer 2.11.1 (its bugs, FORMAT.md §15) are listed in the
+Deliberate differences from tensorizer 2.11.1 (its bugs, format/FORMAT.md §15) are listed in the
 docstrings of the methods concerned and summarised in ``_DIFFERENCES`` below.
 """
 
@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 _DIFFERENCES = """
-Differences from tensorizer 2.11.1 (each one a fix of a behaviour listed in FORMAT.md §15 or
+Differences from tensorizer 2.11.1 (each one a fix of a behaviour listed in format/FORMAT.md §15 or
 found while testing against 2.11.1):
 
 * dtype=: only floating-point tensors are cast; integer, bool and complex tensors keep their
@@ -151,7 +151,7 @@ _C.set_error_types(
 )
 
 # ---------------------------------------------------------------------------------------------
-# Constants and small public types (FORMAT.md §3.1, §5.2, §8.1, §11.3)
+# Constants and small public types (format/FORMAT.md §3.1, §5.2, §8.1, §11.3)
 
 
 class TensorType(IntEnum):
@@ -193,7 +193,7 @@ class TensorHash:
 
 @dataclasses.dataclass(order=True)
 class TensorEntry:
-    """One metadata entry (FORMAT.md §4.2), as tensorizer exposes it."""
+    """One metadata entry (format/FORMAT.md §4.2), as tensorizer exposes it."""
 
     __slots__ = (
         "name",
@@ -226,7 +226,7 @@ class TensorEntry:
 
 
 # ---------------------------------------------------------------------------------------------
-# Paths (FORMAT.md §5.1)
+# Paths (format/FORMAT.md §5.1)
 
 _Path = Tuple[_TensorPathComponent, ...]
 
@@ -269,7 +269,7 @@ class _PathRegistry:
     def check(self, path: _Path) -> None:
         """Raises ValueError if path conflicts with a registered one."""
         branch = self._root
-        # Key types must agree at every level (FORMAT.md §4.3).
+        # Key types must agree at every level (format/FORMAT.md §4.3).
         for depth, component in enumerate(path):
             if not branch:
                 break
@@ -321,7 +321,7 @@ def _to_path(name) -> _Path:
 
 
 def _flatten_state_dict(obj, prefix: _Path = ()) -> Iterator[Tuple[_Path, torch.Tensor]]:
-    """Depth-first flattening of nested mappings / sequences (FORMAT.md §5.5)."""
+    """Depth-first flattening of nested mappings / sequences (format/FORMAT.md §5.5)."""
     stack = [(prefix, _children(obj))]
     while stack:
         pre, it = stack[-1]
@@ -382,7 +382,7 @@ def _restructure(flat: Iterable[Tuple[_Path, Any]], as_proxies: bool):
 
 
 # ---------------------------------------------------------------------------------------------
-# dtypes (FORMAT.md §7.1)
+# dtypes (format/FORMAT.md §7.1)
 
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _torch_dtype_cache: Dict[Tuple[str, str, bool], torch.dtype] = {}
@@ -469,18 +469,18 @@ def _numpy_view_of(t: torch.Tensor) -> Tuple[numpy.ndarray, bool, Optional[str]]
 
 
 # ---------------------------------------------------------------------------------------------
-# Header parsing for verify_module (FORMAT.md §6.1, §8.2)
+# Header parsing for verify_module (format/FORMAT.md §6.1, §8.2)
 
 
 class _HeaderInfo(typing.NamedTuple):
     module_idx: int
     hashes: List[TensorHash]
-    hash_prefix: bytes  # H of FORMAT.md §8.2
+    hash_prefix: bytes  # H of format/FORMAT.md §8.2
 
 
 def _parse_header(header: bytes, has_crypt: bool, long_shape: bool) -> _HeaderInfo:
     """Module index, stored hashes and H (the header with every hash value zeroed and the
-    crypt-info block cut out) of a tensor header (FORMAT.md §6.1, §8.2)."""
+    crypt-info block cut out) of a tensor header (format/FORMAT.md §6.1, §8.2)."""
     mv = memoryview(header)
     (module_idx,) = struct.unpack_from("<H", mv, 8)
     pos = 8 + 2 + 1  # header_size, module_idx, tensor_type
@@ -532,7 +532,7 @@ def _default_device() -> torch.device:
 
 def _resolve_cuda_device() -> torch.device:
     """The CUDA device meant by a bare "cuda": a torch.device context or
-    torch.set_default_device first, then torch.cuda.current_device() (FORMAT.md §11.1)."""
+    torch.set_default_device first, then torch.cuda.current_device() (format/FORMAT.md §11.1)."""
     try:
         mode = torch.overrides._get_current_function_mode()
         ctx = getattr(mode, "device", None) if mode is not None else None
@@ -593,7 +593,7 @@ class _OpenedSource:
 
     def __init__(self, source, base=0, stream=None, spec=None, kind="path"):
         self.source = source
-        self.base = base  # offset of the magic in the source (embedded streams, FORMAT.md §4.4)
+        self.base = base  # offset of the magic in the source (embedded streams, format/FORMAT.md §4.4)
         self.stream = stream  # the caller's file object, closed with the deserializer
         self.spec = spec  # a path or URI that can be reopened, or None
         self.kind = kind  # "path", "uri", "fd", "stream", "buffer"
@@ -1278,7 +1278,7 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         return headers.get("x-cache-status", None)
 
     def to_redis(self, redis_client, key_prefix: str, force: bool = False) -> None:
-        """Stores the file in Redis in tensorizer's layout (FORMAT.md §13): ``<prefix>:header:0``
+        """Stores the file in Redis in tensorizer's layout (format/FORMAT.md §13): ``<prefix>:header:0``
         and ``<prefix>:<name>:<offset>`` keys for each selected tensor's header and data.
         Needs an open file (``lazy_load=True``). ``tensorizer copy FILE redis://...`` does the
         same from the command line."""
@@ -1496,7 +1496,7 @@ class TensorSerializer:
         *,
         include_non_persistent_buffers: bool = True,
     ) -> None:
-        """Writes every parameter and buffer of ``m`` (FORMAT.md §5.4): for each module of
+        """Writes every parameter and buffer of ``m`` (format/FORMAT.md §5.4): for each module of
         ``m.named_modules()`` (its position is the module index), its own parameters (PARAM)
         then its own buffers (BUFFER), named ``f"{module_name}.{attr}"`` (so tensors of the
         root get a leading dot). ``remove_tensors`` sets each attribute to None once written;
@@ -1532,7 +1532,7 @@ class TensorSerializer:
 
     def write_state_dict(self, state_dict: Union[typing.Mapping, Sequence]) -> None:
         """Writes a (possibly nested) mapping / sequence of tensors with type STATE_DICT and
-        module index 0 (FORMAT.md §5.5). A flat ``{str: tensor}`` gives plain names; nested
+        module index 0 (format/FORMAT.md §5.5). A flat ``{str: tensor}`` gives plain names; nested
         levels or a top-level list give structured names. Mapping keys must be ``str``
         (``TypeError``); every leaf must be a ``torch.Tensor`` (``TypeError``)."""
         for path, tensor in _flatten_state_dict(state_dict):

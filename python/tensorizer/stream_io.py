@@ -1,4 +1,4 @@
-"""Opening local files and http(s)://, s3:// and redis:// URIs as binary streams (FORMAT.md §12).
+"""Opening local files and http(s)://, s3:// and redis:// URIs as binary streams (format/FORMAT.md §12).
 
 `open_stream` dispatches on the scheme like tensorizer's. Remote reads are served by the native
 engine (`tensorizer._C.Source`: a keep-alive HTTP range client, SigV4-signed S3 requests, a Redis
@@ -22,7 +22,7 @@ and signatures):
 * S3: AWS session tokens work, from ``AWS_SESSION_TOKEN`` (with the environment's keys) or the
   keyword-only `s3_session_token` argument (tensorizer issue #186). Requests are signed with SigV4;
   another `s3_signature_version` gives a warning (2.11.1 also signs with SigV4 in practice, §12.1).
-  Credentials and endpoint resolve as the native engine does (FORMAT.md §12.1: explicit keys, the
+  Credentials and endpoint resolve as the native engine does (format/FORMAT.md §12.1: explicit keys, the
   s3cmd config, the AWS environment and ~/.aws/credentials, else unsigned reads).
 * A ``with open_stream("s3://...", "wb")`` block left by an exception discards the temporary file
   instead of uploading a partial object. As in tensorizer, ``"ab"`` does not append.
@@ -441,7 +441,7 @@ class CURLStreamFile(_RemoteStream):
 
 
 class RedisStreamFile(_RemoteStream):
-    """A seekable read-only stream over a Redis "virtual file" (FORMAT.md §13):
+    """A seekable read-only stream over a Redis "virtual file" (format/FORMAT.md §13):
     ``redis://host[:port]/<prefix>`` names keys ``<prefix>:<name>:<offset>``. `begin` is the start
     position, `end` the exclusive end; `buffer_size` is the read-ahead for small reads. Raises
     OSError("Failed to open stream: ...") when no keys exist under the prefix or Redis is unreachable."""
@@ -597,7 +597,7 @@ def open_stream(
       `s3_secret_access_key` ("" and "" for unsigned requests to public buckets), else
       `s3_config_path` / ~/.s3cfg, else the AWS environment and ~/.aws/credentials, with
       `s3_session_token` or AWS_SESSION_TOKEN. Endpoint: `s3_endpoint`, the s3cmd host_base,
-      AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else CoreWeave's (FORMAT.md §12.1). `force_http` uses
+      AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else CoreWeave's (format/FORMAT.md §12.1). `force_http` uses
       http:// for the endpoint; `s3_region_name` sets the signing region.
     * anything else, an os.PathLike, or an int file descriptor: the built-in ``open(path, mode,
       buffering=buffer_size or io.DEFAULT_BUFFER_SIZE)``, positioned at `begin`; binary modes only

@@ -1,4 +1,4 @@
-"""``torch.save`` / ``torch.load`` with tensorizer as the storage backend (FORMAT.md §14.1).
+"""``torch.save`` / ``torch.load`` with tensorizer as the storage backend (format/FORMAT.md §14.1).
 
 Inside ``with tensorizer_saving():``, ``torch.save(obj, "m.pt")`` pickles `obj` as usual, except
 that every tensor storage holding data becomes a reference ``("TensorizerPickler", 0, "storage",

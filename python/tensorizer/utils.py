@@ -1,4 +1,4 @@
-"""Small helpers of tensorizer's public API (FORMAT.md §11.4): byte formatting, memory statistics,
+"""Small helpers of tensorizer's public API (format/FORMAT.md §11.4): byte formatting, memory statistics,
 the default device, and `no_init_or_tensor` for building empty models before `load_into_module`.
 
 This module needs torch but not the native extension `tensorizer._C`.

@@ -4,7 +4,8 @@
 * ``real_tensorizer``: runs a script under the *real* tensorizer 2.11.1 (the system interpreter,
   outside our venv) and returns its stdout; skips when that interpreter or package is absent.
   Override the interpreter with ``TZ_REAL_PYTHON``.
-* ``vectors_dir``: /work/shared/vectors (``TZ_VECTORS``), skipping when absent.
+* ``vectors_dir``: the reference vectors, written once per session into a temp dir by
+  tests/vectors/make_vectors.py under the real tensorizer; ``TZ_VECTORS`` names a ready directory instead.
 * ``TINY_MODEL_SRC`` / ``tiny_model``: a small deterministic model built from source that the
   real-tensorizer subprocess can execute too.
 * ``tensor_layout(data)``: an independent parse of a file's metadata entries (offsets, lengths).
@@ -19,7 +20,7 @@ import textwrap
 import pytest
 
 from realpeer import REAL_PYTHON  # noqa: E402  (the interpreter that imports the real tensorizer)
-VECTORS_DIR = pathlib.Path(os.environ.get("TZ_VECTORS", "/work/shared/vectors"))
+MAKE_VECTORS = pathlib.Path(__file__).resolve().parents[2] / "tests" / "vectors" / "make_vectors.py"
 
 # Executed both here and in the real-tensorizer subprocess: the same modules, names and values.
 TINY_MODEL_SRC = textwrap.dedent(
@@ -124,15 +125,27 @@ def real_tensorizer(tmp_path):
     return run
 
 
-@pytest.fixture
-def vectors_dir():
-    if not (VECTORS_DIR / "README.md").exists():
-        pytest.skip(f"reference vectors not found at {VECTORS_DIR}")
-    return VECTORS_DIR
+@pytest.fixture(scope="session")
+def vectors_dir(tmp_path_factory):
+    given = os.environ.get("TZ_VECTORS")
+    if given:
+        path = pathlib.Path(given)
+        assert (path / "encrypted.manifest.json").exists(), f"TZ_VECTORS={given} holds no reference vectors"
+        return path
+    why = _real_available()
+    if why:
+        pytest.skip(f"the reference vectors are written by the real tensorizer: {why}")
+    out = tmp_path_factory.mktemp("vectors")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # nothing written into the source tree
+    proc = subprocess.run([REAL_PYTHON, "-s", str(MAKE_VECTORS), str(out)], cwd=str(out), env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"make_vectors.py failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return out
 
 
 def tensor_layout(data: bytes) -> list:
-    """The metadata entries of a .tensors file (FORMAT.md §4.2), parsed independently of the
+    """The metadata entries of a .tensors file (format/FORMAT.md §4.2), parsed independently of the
     package: dicts with raw_name, dtype, shape, header_offset, data_offset, data_length."""
     count = int.from_bytes(data[57:65], "little")
     pos, out = 73, []

@@ -1,4 +1,4 @@
-"""EncryptionParams / DecryptionParams (FORMAT.md §9.5) and encrypted files: round trips, wrong
+"""EncryptionParams / DecryptionParams (format/FORMAT.md §9.5) and encrypted files: round trips, wrong
 and missing keys, tampering, passphrases, and cross-reads with the real tensorizer 2.11.1."""
 
 import json

@@ -1,4 +1,4 @@
-"""The exception types of the reading and writing API (FORMAT.md §3, §4, §5, §8, §11, §15)."""
+"""The exception types of the reading and writing API (format/FORMAT.md §3, §4, §5, §8, §11, §15)."""
 
 import io
 import os
@@ -88,7 +88,7 @@ def test_truncated_file(tmp_path, good_file):
 def test_empty_index(tmp_path):
     path = tmp_path / "none.tensors"
     TensorSerializer(path).close()
-    assert path.stat().st_size == 262225  # FORMAT.md §2: the writer can produce it...
+    assert path.stat().st_size == 262225  # format/FORMAT.md §2: the writer can produce it...
     with pytest.raises(ValueError, match="empty"):
         TensorDeserializer(path, device="cpu")  # ...and the reader rejects it
 
@@ -216,7 +216,7 @@ def test_write_state_dict_errors(tmp_path):
 
 
 def test_metadata_overflow(tmp_path):
-    """The 256 KiB metadata block holds a bounded number of entries (FORMAT.md §4.1)."""
+    """The 256 KiB metadata block holds a bounded number of entries (format/FORMAT.md §4.1)."""
     name = "n" * 1000
     written = 0
     with pytest.raises(RuntimeError, match="Metadata overflow"):

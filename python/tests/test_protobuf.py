@@ -1,4 +1,4 @@
-"""tensorizer.protobuf / tensors_pb2 / tensors.proto (FORMAT.md §14.2): the legacy protobuf format."""
+"""tensorizer.protobuf / tensors_pb2 / tensors.proto (format/FORMAT.md §14.2): the legacy protobuf format."""
 
 import io
 import os

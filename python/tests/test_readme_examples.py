@@ -1,6 +1,6 @@
 """tensorizer's README examples (the PyPI README of 2.11.1, shipped in the package's METADATA), plus
 the usage examples of the EncryptionParams and torch_compat docstrings and the example scripts
-described in FORMAT.md §14.3, run as tests.
+described in format/FORMAT.md §14.3, run as tests.
 
 Each example keeps the README's code. Adapted only:
   * remote hosts: the S3 bucket becomes a local path; the "S3 Usage Notes" example runs against a
@@ -617,7 +617,7 @@ def test_readme_numpy_support(in_tmp):
 
 
 # ---------------------------------------------------------------------------------------------
-# examples/hf_serialization.py and examples/encrypt_existing.py (as FORMAT.md §14.3 describes them)
+# examples/hf_serialization.py and examples/encrypt_existing.py (as format/FORMAT.md §14.3 describes them)
 
 
 def serialize_model(model, config, model_directory: str, model_prefix: str = "model"):

@@ -1,5 +1,5 @@
 """TensorSerializer / TensorDeserializer: round trips, structure, modules, byte identity with and
-cross-reads against the real tensorizer 2.11.1, and the shared reference vectors."""
+cross-reads against the real tensorizer 2.11.1, and the reference vectors (tests/vectors/make_vectors.py)."""
 
 import collections.abc
 import hashlib
@@ -752,7 +752,7 @@ def test_we_read_real_tensorizer_files(tmp_path, real_tensorizer, tiny_model):
 
 
 # ---------------------------------------------------------------------------------------------
-# the shared reference vectors
+# the reference vectors (written by the vectors_dir session fixture, conftest.py)
 
 
 def _manifest(vectors_dir, name):

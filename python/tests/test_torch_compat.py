@@ -1,4 +1,4 @@
-"""tensorizer.torch_compat (FORMAT.md §14.1): torch.save / torch.load with a tensorizer sidecar.
+"""tensorizer.torch_compat (format/FORMAT.md §14.1): torch.save / torch.load with a tensorizer sidecar.
 
 The pickling machinery is tested with `save_func` / `load_func` (no native module needed); the
 default sidecar path through TensorSerializer / TensorDeserializer, encryption, and byte-level

@@ -1,4 +1,4 @@
-"""tensorizer.utils (FORMAT.md §11.4): byte formatting, memory statistics, no_init_or_tensor."""
+"""tensorizer.utils (format/FORMAT.md §11.4): byte formatting, memory statistics, no_init_or_tensor."""
 
 import asyncio
 import json

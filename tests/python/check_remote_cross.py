@@ -1,5 +1,5 @@
 """The real tensorizer (2.11.1) reads what our CLI published remotely: over HTTP from nginx, from the keys
-our `copy` wrote to Redis (FORMAT.md §13), and from S3 (RGW) through its open_stream (boto3 presigning).
+our `copy` wrote to Redis (format/FORMAT.md §13), and from S3 (RGW) through its open_stream (boto3 presigning).
 
 usage: check_remote_cross.py http|redis|s3 CLI
 env: TZ_NET_WORKDIR, TZ_NET_PORT_BASE, TZ_NET_SCRIPTS (the servers of tests/net.cmake). Exit 77 = skipped.

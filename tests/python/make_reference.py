@@ -149,7 +149,7 @@ def manifest_entry(name, tensor, tensor_type, module_index):
 
 
 def state_dict_entries(node, path=()):
-    """Depth-first, in iteration order, as write_state_dict flattens it (FORMAT.md §5.5)."""
+    """Depth-first, in iteration order, as write_state_dict flattens it (format/FORMAT.md §5.5)."""
     if isinstance(node, dict):
         for key, child in node.items():
             yield from state_dict_entries(child, path + (key,))
@@ -161,7 +161,7 @@ def state_dict_entries(node, path=()):
 
 
 def module_entries(module):
-    """Per module in named_modules() order: its own parameters, then its own buffers (FORMAT.md §5.4)."""
+    """Per module in named_modules() order: its own parameters, then its own buffers (format/FORMAT.md §5.4)."""
     for index, (module_name, child) in enumerate(module.named_modules()):
         for attr, tensor in child.named_parameters(recurse=False):
             yield manifest_entry(f"{module_name}.{attr}", tensor, "param", index)

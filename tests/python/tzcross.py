@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 SKIP_EXIT_CODE = 77  # CTest's SKIP_RETURN_CODE: the Python peers are missing, nothing was tested
 TENSORIZER_VERSION = "2.11.1"
-FIRST_HEADER_OFFSET = 73 + 262144  # magic + file header + the 256 KiB metadata block (FORMAT.md §2)
+FIRST_HEADER_OFFSET = 73 + 262144  # magic + file header + the 256 KiB metadata block (format/FORMAT.md §2)
 END_MARKER_BYTES = 8
 
 
@@ -79,7 +79,7 @@ def dtype_name(tensor):
 
 
 def tensor_bytes(tensor):
-    """The tensor's data in C order as bytes; a meta tensor reads back as zeros (FORMAT.md §4.3)."""
+    """The tensor's data in C order as bytes; a meta tensor reads back as zeros (format/FORMAT.md §4.3)."""
     import torch
 
     if tensor.is_meta:

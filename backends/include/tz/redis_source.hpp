@@ -1,4 +1,4 @@
-// Redis byte source and sink for tensorizer's "virtual file" layout (FORMAT.md §13): keys
+// Redis byte source and sink for tensorizer's "virtual file" layout (format/FORMAT.md §13): keys
 // "<prefix>:<name>:<offset>" whose values are the file's bytes at that offset.
 #pragma once
 

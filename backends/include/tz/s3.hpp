@@ -17,7 +17,7 @@ namespace tz {
 
 struct s3_options {
   http_options http;  // TLS, timeouts, retries, parallel connections for reads
-  // Credentials, resolved in this order (FORMAT.md §12.1, plus the AWS chain): both keys given
+  // Credentials, resolved in this order (format/FORMAT.md §12.1, plus the AWS chain): both keys given
   // here ("" and "" = unsigned, for public buckets); the s3cmd config (s3_config_path, else
   // ~/.s3cfg, section [default]: access_key, secret_key, host_base, use_https);
   // AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN; ~/.aws/credentials (or

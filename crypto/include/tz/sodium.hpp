@@ -1,4 +1,4 @@
-// tensorizer-compatible encryption (FORMAT.md §9): keys, Argon2id, nonces and chunked
+// tensorizer-compatible encryption (format/FORMAT.md §9): keys, Argon2id, nonces and chunked
 // XSalsa20-Poly1305, with libsodium kept entirely behind this header.
 #pragma once
 
@@ -17,7 +17,7 @@
 
 namespace tz::crypto {
 
-// ---- Constants (FORMAT.md §19) -------------------------------------------------------------
+// ---- Constants (format/FORMAT.md §19) -------------------------------------------------------------
 
 inline constexpr std::size_t key_size_bytes = 32;
 inline constexpr std::size_t nonce_size_bytes = 24;
@@ -248,7 +248,7 @@ struct chunk_layout {
   byte_range range(chunk_range chunks) const noexcept;
 };
 
-// Checks what tensorizer's reader checks of a type-2 chunk (FORMAT.md §9.4): chunk_size a
+// Checks what tensorizer's reader checks of a type-2 chunk (format/FORMAT.md §9.4): chunk_size a
 // multiple of 64 and >= 1024, and mac_count == ceil(data_length / chunk_size).
 // errc::format naming the expected and actual values.
 result<void> validate(const chunk_layout& layout, std::uint64_t mac_count);

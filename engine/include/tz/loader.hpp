@@ -60,7 +60,7 @@ struct load_options {
   bool verify = false;
   // Opens an encrypted .tensors file (v3, or v4 with the encrypted flag): whole cipher chunks are
   // decrypted in place where they landed by the worker that read them, then verified. Required
-  // for encrypted files, refused for plain ones (FORMAT.md §3.1).
+  // for encrypted files, refused for plain ones (format/FORMAT.md §3.1).
   std::optional<format::decryption> decryption;
   // Host loads into loader-owned memory: pre-fault pages not backed by huge pages (on the reading
   // worker, just before each read), and back the memory with transparent huge pages (see

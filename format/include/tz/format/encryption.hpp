@@ -1,5 +1,5 @@
 // tensorizer encryption on the .tensors layout: decrypting tensors of v3 / v4+flag files and the
-// writer's encryptor (XSalsa20-Poly1305 in 2 MiB chunks, FORMAT.md §9), over tz/sodium.hpp.
+// writer's encryptor (XSalsa20-Poly1305 in 2 MiB chunks, format/FORMAT.md §9), over tz/sodium.hpp.
 #pragma once
 
 #include "tz/format/tensorizer.hpp"
@@ -29,7 +29,7 @@ class decryption {
   std::shared_ptr<crypto::key_cache> cache_;
 };
 
-// The file-level checks of FORMAT.md §3.1: an encrypted file needs decryption, and decryption
+// The file-level checks of format/FORMAT.md §3.1: an encrypted file needs decryption, and decryption
 // needs an encrypted file (v3, or v4+ with flag bit 0). errc::crypto naming the source.
 result<void> check_decryption_mode(const file_header& fh, bool have_decryption, std::string_view source);
 

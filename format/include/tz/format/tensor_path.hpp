@@ -1,4 +1,4 @@
-// Tensor names: plain UTF-8 or 0x1E + compact JSON array (FORMAT.md §5.1), decoded into paths.
+// Tensor names: plain UTF-8 or 0x1E + compact JSON array (format/FORMAT.md §5.1), decoded into paths.
 #pragma once
 
 #include "tz/error.hpp"

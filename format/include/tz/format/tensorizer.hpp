@@ -59,7 +59,7 @@ struct tensor_entry {
 
   std::uint64_t header_bytes() const noexcept { return data_offset - header_offset; }
   std::uint64_t end_offset() const noexcept { return data_offset + data_length; }
-  // Data-less tensor with elements: loads as zeros (FORMAT.md §7.4).
+  // Data-less tensor with elements: loads as zeros (format/FORMAT.md §7.4).
   bool is_meta() const noexcept { return data_length == 0 && deserialized_bytes > 0; }
 };
 
@@ -76,7 +76,7 @@ struct stored_hash {
   std::vector<std::uint8_t> value;
 };
 
-// Crypt-info (FORMAT.md §9.4), parsed; decryption lives in crypto/.
+// Crypt-info (format/FORMAT.md §9.4), parsed; decryption lives in crypto/.
 struct kdf_chunk {
   std::uint64_t opslimit = 0;
   std::uint64_t memlimit = 0;
@@ -107,7 +107,7 @@ struct tensor_header {
   std::size_t crypt_begin = 0, crypt_end = 0;  // byte range of the crypt block (u64 prefix included)
   std::uint64_t data_length = 0;
   std::uint64_t data_offset = 0;  // in the file (from the index entry), for messages
-  // H of FORMAT.md §8.2: the header with hash values zeroed and the crypt block cut out.
+  // H of format/FORMAT.md §8.2: the header with hash values zeroed and the crypt block cut out.
   std::vector<std::byte> hash_prefix;
 };
 
