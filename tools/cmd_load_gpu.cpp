@@ -1,7 +1,7 @@
 // tensorizer load --device cuda:N: loads a file or URI straight into GPU memory and reports the
 // per-stage timings. The `load` subcommand dispatches here when --device names a GPU.
 #include "cli.hpp"
-#include "open_source.hpp"
+#include "remote_args.hpp"
 
 #include "tz/device_load.hpp"
 #include "tz/file_source.hpp"
@@ -137,7 +137,7 @@ int cmd_load_device(int argc, char** argv, const std::string& device) {
     if (file) src = std::shared_ptr<byte_source>(std::move(*file));
     else src = file.error();
   } else {
-    src = cli::open_any(args->path, *remote);
+    src = tz::open_any(args->path, *remote);
   }
   if (!src) return cli::fail("load", src.error());
   scheduler sched(args->threads);
