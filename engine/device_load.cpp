@@ -11,13 +11,6 @@
 #include <limits>
 #include <numeric>
 
-// TZ_CHECK for coroutines (co_return instead of return).
-#define TZ_CHECK_CO(expr)                                      \
-  do {                                                         \
-    auto tz_check_result_ = (expr);                            \
-    if (!tz_check_result_) co_return tz_check_result_.error(); \
-  } while (0)
-
 namespace tz {
 
 namespace {
@@ -61,16 +54,13 @@ task<result<void>> read_split_header(device_load_state& st, std::uint32_t slot) 
   }
   std::vector<std::byte> bytes(e.header_bytes());
   std::span<std::byte> one[1] = {bytes};
-  auto rd = co_await st.source->read(e.header_offset, one);
-  if (!rd) co_return rd;
-  auto h = format::parse_tensor_header(bytes, st.index->header, e, name);
-  if (!h) co_return h.error();
+  TZ_CO_CHECK(co_await st.source->read(e.header_offset, one));
+  TZ_CO_TRY(h, format::parse_tensor_header(bytes, st.index->header, e, name));
   auto& s = *st.splits[slot];
-  s.header = std::move(*h);
+  s.header = std::move(h);
   if (st.encrypted) {
-    auto key = st.options->decryption->key_for(s.header, name);
-    if (!key) co_return key.error();
-    s.key = std::move(*key);
+    TZ_CO_TRY(key, st.options->decryption->key_for(s.header, name));
+    s.key = std::move(key);
   }
   if (st.options->verify) s.verifier.emplace(s.header);
   co_return result<void>{};
@@ -170,24 +160,21 @@ namespace {
 task<result<void>> prepare(scheduler& sched, device_load_state& st, const loader& opened, std::vector<std::size_t> which,
                            unsigned& readers) {
   const auto& o = *st.options;
-  TZ_CHECK_CO(check_options(o));
-  auto selected = select_in_file_order(*st.index, std::move(which));
-  if (!selected) co_return selected.error();
-  st.selected = std::move(*selected);
+  TZ_CO_CHECK(check_options(o));
+  TZ_CO_TRY(selected, select_in_file_order(*st.index, std::move(which)));
+  st.selected = std::move(selected);
   st.with_headers = opened.kind() == file_kind::tensorizer;
   st.encrypted = st.with_headers && st.index->header.has_crypt_info();
   // safetensors has no encryption: a default header reads as "not encrypted" for the check.
   const format::file_header plain{};
-  TZ_CHECK_CO(format::check_decryption_mode(st.with_headers ? st.index->header : plain, o.decryption.has_value(),
+  TZ_CO_CHECK(format::check_decryption_mode(st.with_headers ? st.index->header : plain, o.decryption.has_value(),
                                             st.source->name()));
   readers = o.readers != 0 ? o.readers
                            : std::max<unsigned>(1, std::min<std::size_t>(2 * sched.thread_count(), o.slot_count * 3 / 4));
   const device_plan_options popts{o.slot_bytes, 64 << 10, st.with_headers};
-  auto align = co_await read_split_headers(sched, st, popts, readers);
-  if (!align) co_return align.error();
-  auto plan = make_device_plan(st.selected, *align, popts);
-  if (!plan) co_return plan.error();
-  st.plan = std::move(*plan);
+  TZ_CO_TRY(align, co_await read_split_headers(sched, st, popts, readers));
+  TZ_CO_TRY(plan, make_device_plan(st.selected, align, popts));
+  st.plan = std::move(plan);
   co_return result<void>{};
 }
 
@@ -263,7 +250,7 @@ task<result<std::optional<device_tensors>>> load_direct(cuda::uploader& up, cons
   st.source = &source;
   st.up = &up;
   st.options = &o;
-  TZ_CHECK_CO(plan_direct(st, opened, std::move(which)));
+  TZ_CO_CHECK(plan_direct(st, opened, std::move(which)));
   auto pieces = range_pieces(st, 0, st.plan.ranges.size());
   auto cached = mostly_cached(file, pieces);
   if (!cached) co_return cached.error();
@@ -344,9 +331,8 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::upload
   }
   std::unique_ptr<lease_ring> own_ring;
   if (options.ring == nullptr) {
-    auto made = make_pinned_ring(options.slot_count, options.slot_bytes);
-    if (!made) co_return made.error();
-    own_ring = std::move(*made);
+    TZ_CO_TRY(made, make_pinned_ring(options.slot_count, options.slot_bytes));
+    own_ring = std::move(made);
     options.ring = own_ring.get();
   }
   // A caller's ring decides the slot size (less the alignment page) and count.
@@ -359,12 +345,9 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::upload
   st.up = &up;
   st.options = &options;
   unsigned readers = 0;
-  auto prepared = co_await prepare(sched, st, opened, std::move(which), readers);
-  if (!prepared) co_return prepared.error();
+  TZ_CO_CHECK(co_await prepare(sched, st, opened, std::move(which), readers));
   std::vector<cuda::upload_ticket> zero_tickets;
-  auto allocated = allocate_destination(up, st, zero_tickets);
-  if (!allocated) co_return allocated.error();
-  auto owned = std::move(*allocated);
+  TZ_CO_TRY(owned, allocate_destination(up, st, zero_tickets));
   auto share = split_direct_share(st, file->has_value() ? &**file : nullptr);
   if (!share) co_return share.error();
   const std::uint64_t direct_bytes = piece_bytes(*share);

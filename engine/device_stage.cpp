@@ -133,8 +133,7 @@ task<result<void>> process_range(device_load_state& st, const device_range& r, l
   st.read_ns += nanoseconds_since(t0);
   if (!rd) co_return rd;
   if (r.split_slot != no_split) {
-    auto ok = co_await check_split_part(st, r, bytes);
-    if (!ok) co_return ok;
+    TZ_CO_CHECK(co_await check_split_part(st, r, bytes));
   } else if (auto ok = check_whole_tensors(st, r, bytes); !ok) {
     co_return ok;
   }

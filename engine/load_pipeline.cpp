@@ -136,15 +136,11 @@ task<result<void>> read_direct(pipeline_state& st, const load_range& r) {
 
 // Transform path: read into a lease, run the stage on it, copy the pieces out, return the lease.
 task<result<void>> read_staged(pipeline_state& st, const load_range& r) {
-  auto acquired = co_await st.leases->acquire();
-  if (!acquired) co_return acquired.error();
-  lease l = std::move(*acquired);
+  TZ_CO_TRY(l, co_await st.leases->acquire());
   auto bytes = l.bytes().first(r.length_bytes);
   std::span<std::byte> one[1] = {bytes};
-  auto rd = co_await st.source->read(r.offset_bytes, one);
-  if (!rd) co_return rd;
-  auto tr = co_await st.req->options.stage->transform(r, bytes);
-  if (!tr) co_return tr;
+  TZ_CO_CHECK(co_await st.source->read(r.offset_bytes, one));
+  TZ_CO_CHECK(co_await st.req->options.stage->transform(r, bytes));
   for (const plan_piece& p : r.pieces) {
     auto dst = piece_destination(st, r, p);
     std::memcpy(dst.data(), bytes.data() + (p.offset_bytes - r.offset_bytes), p.length_bytes);
@@ -199,7 +195,7 @@ task<result<load_timings>> loader::run_pipeline(scheduler& sched, pipeline_reque
   for (std::size_t slot = 0; slot < req.selected.size(); ++slot) {
     st.remaining[slot] = req.plan.tensor_read_bytes[slot];
     if (req.plan.tensor_read_bytes[slot] == 0) {
-      if (auto ok = finish_tensor(st, slot); !ok) co_return ok.error();
+      TZ_CO_CHECK(finish_tensor(st, slot));
     }
   }
   unsigned readers = std::max<std::size_t>(1, std::min<std::size_t>(req.options.readers, req.plan.ranges.size()));

@@ -52,10 +52,9 @@ static result<std::vector<const format::tensor_entry*>> select_entries(const for
 task<result<loaded_tensors>> loader::async_load(scheduler& sched, std::vector<std::size_t> which,
                                                 load_options options) {
   auto t0 = clock_type::now();
-  auto selected = select_entries(*index_, std::move(which), options);  // empty: every tensor
-  if (!selected) co_return selected.error();
+  TZ_CO_TRY(selected, select_entries(*index_, std::move(which), options));  // empty: every tensor
   pipeline_request req;
-  req.selected = std::move(*selected);
+  req.selected = std::move(selected);
   req.options = std::move(options);
   req.with_headers = kind_ == file_kind::tensorizer;
   plan_request(req, sched);
@@ -85,9 +84,8 @@ task<result<loaded_tensors>> loader::async_load(scheduler& sched, std::vector<st
     req.data_dst.push_back(dst);
   }
   double prepare_s = seconds_since(t0);
-  auto timings = co_await run_pipeline(sched, req);
-  if (!timings) co_return timings.error();
-  out.timings_ = *timings;
+  TZ_CO_TRY(timings, co_await run_pipeline(sched, req));
+  out.timings_ = timings;
   out.timings_.open_s = open_s_;
   out.timings_.prepare_s = prepare_s;
   out.timings_.total_s = seconds_since(t0);
@@ -105,10 +103,9 @@ task<result<load_timings>> loader::async_load_into(scheduler& sched, std::vector
   std::sort(dst.begin(), dst.end(), [](const auto& a, const auto& b) { return a.index < b.index; });
   std::vector<std::size_t> which;
   for (const auto& d : dst) which.push_back(d.index);
-  auto selected = select_entries(*index_, std::move(which), options);
-  if (!selected) co_return selected.error();
+  TZ_CO_TRY(selected, select_entries(*index_, std::move(which), options));
   pipeline_request req;
-  req.selected = std::move(*selected);
+  req.selected = std::move(selected);
   for (std::size_t slot = 0; slot < dst.size(); ++slot) {
     const auto& e = *req.selected[slot];
     if (dst[slot].bytes.size() != e.deserialized_bytes) {
@@ -124,12 +121,11 @@ task<result<load_timings>> loader::async_load_into(scheduler& sched, std::vector
   plan_request(req, sched);
   req.side.resize(req.plan.side_bytes);
   double prepare_s = seconds_since(t0);
-  auto timings = co_await run_pipeline(sched, req);
-  if (!timings) co_return timings.error();
-  timings->open_s = open_s_;
-  timings->prepare_s = prepare_s;
-  timings->total_s = seconds_since(t0);
-  co_return *timings;
+  TZ_CO_TRY(timings, co_await run_pipeline(sched, req));
+  timings.open_s = open_s_;
+  timings.prepare_s = prepare_s;
+  timings.total_s = seconds_since(t0);
+  co_return timings;
 }
 
 task<result<loaded_tensors>> loader::async_load_tensor(scheduler& sched, std::size_t index, load_options options) {
