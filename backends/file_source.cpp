@@ -1,5 +1,6 @@
 // io_uring file source: spans split into buffered edges and O_DIRECT middles, read by read_fully().
 #include "tz/file_source.hpp"
+#include "tz/posix_io.hpp"
 
 #include "tz/read_loop.hpp"
 #include "tz/uring_service.hpp"
@@ -63,55 +64,38 @@ std::vector<segment> split_for_direct(std::uint64_t offset, scatter_list dst) {
   return out;
 }
 
-error os_error(errc code, const std::string& what, int err) {
-  return make_error(code, what + ": " + std::strerror(err));
-}
-
 }  // namespace
 
 result<std::shared_ptr<file_source>> file_source::open(const std::string& path, file_options options) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    return os_error(err == ENOENT ? errc::not_found : errc::io, "file " + path + ": cannot open", err);
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return os_error(errc::io, "file " + path + ": cannot stat", err);
-  }
-  int direct_fd = -1;
+  TZ_TRY(fd, open_read_only(path));
+  TZ_TRY(size_bytes, file_size(fd.get(), "file " + path));
+  unique_fd direct_fd;
   if (options.direct) {
     // Some filesystems (tmpfs) refuse O_DIRECT: then every read stays buffered.
-    direct_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+    direct_fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
   }
-  return std::shared_ptr<file_source>(
-      new file_source(path, fd, direct_fd, static_cast<std::uint64_t>(st.st_size), options));
+  return std::shared_ptr<file_source>(new file_source(path, std::move(fd), std::move(direct_fd), size_bytes, options));
 }
 
-file_source::file_source(std::string path, int fd, int direct_fd, std::uint64_t size_bytes,
+file_source::file_source(std::string path, unique_fd fd, unique_fd direct_fd, std::uint64_t size_bytes,
                          file_options options)
-    : path_(std::move(path)), name_("file " + path_), fd_(fd), direct_fd_(direct_fd),
+    : path_(std::move(path)), name_("file " + path_), fd_(std::move(fd)), direct_fd_(std::move(direct_fd)),
       size_bytes_(size_bytes), options_(options) {}
 
-file_source::~file_source() {
-  if (fd_ >= 0) ::close(fd_);
-  if (direct_fd_ >= 0) ::close(direct_fd_);
-}
+file_source::~file_source() = default;
 
 task<result<std::uint64_t>> file_source::size() { co_return size_bytes_; }
 
 result<void> file_source::drop_cache() const {
-  int rc = ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
-  if (rc != 0) return os_error(errc::io, name_ + ": posix_fadvise(DONTNEED)", rc);
+  int rc = ::posix_fadvise(fd_.get(), 0, 0, POSIX_FADV_DONTNEED);
+  if (rc != 0) return os_error(rc, name_ + ": posix_fadvise(DONTNEED)");
   return {};
 }
 
 task<result<void>> file_source::read(std::uint64_t offset_bytes, scatter_list dst) {
-  if (direct_fd_ < 0) co_return co_await read_with(fd_, offset_bytes, dst);
+  if (!direct_fd_) co_return co_await read_with(fd_.get(), offset_bytes, dst);
   for (const segment& seg : split_for_direct(offset_bytes, dst)) {
-    auto r = co_await read_with(seg.direct ? direct_fd_ : fd_, seg.offset_bytes, seg.spans);
+    auto r = co_await read_with(seg.direct ? direct_fd_.get() : fd_.get(), seg.offset_bytes, seg.spans);
     if (!r) co_return r;
   }
   co_return result<void>{};

@@ -1,5 +1,6 @@
 // libsodium initialization, guarded memory, and the secret_key / passphrase types of tz/sodium.hpp.
 #include "tz/sodium.hpp"
+#include "tz/posix_io.hpp"
 
 #include <sodium.h>
 
@@ -67,33 +68,13 @@ void guarded_buffer::seal_read_only() noexcept {
 
 namespace {
 
-// Closes a descriptor on scope exit.
-struct fd_closer {
-  int fd;
-  ~fd_closer() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 error file_error(const std::filesystem::path& path, const char* what, int err) {
-  const errc code = err == ENOENT ? errc::not_found : errc::io;
-  return make_error(code, std::string(what) + " '" + path.string() + "': " + std::strerror(err));
+  return os_error(err, std::string(what) + " '" + path.string() + "'");
 }
 
-// Reads exactly `size` bytes at the file's start into out, retrying short reads.
+// Reads exactly `size` bytes at the file's start into out (end of file first: it shrank meanwhile).
 result<void> read_exact(int fd, const std::filesystem::path& path, std::uint8_t* out, std::size_t size) {
-  std::size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::pread(fd, out + done, size - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return file_error(path, "cannot read", errno);
-    if (n == 0) {
-      return make_error(errc::io, "file '" + path.string() + "' shrank while being read: got " +
-                                      std::to_string(done) + " of " + std::to_string(size) + " bytes");
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  return {};
+  return pread_full(fd, std::as_writable_bytes(std::span(out, size)), 0, "file '" + path.string() + "'");
 }
 
 result<void> write_exact(int fd, const std::filesystem::path& path, const std::uint8_t* in, std::size_t size) {
@@ -110,23 +91,16 @@ result<void> write_exact(int fd, const std::filesystem::path& path, const std::u
 // Opens path read-only and returns its descriptor and size, refusing anything above max_bytes
 // before a single byte is allocated.
 struct opened_file {
-  int fd = -1;
+  unique_fd fd;
   std::uint64_t size_bytes = 0;
 };
 result<opened_file> open_for_read(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return file_error(path, "cannot open", errno);
+  unique_fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return file_error(path, "cannot open", errno);
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return file_error(path, "cannot stat", err);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return make_error(errc::invalid_argument, "'" + path.string() + "' is not a regular file");
-  }
-  return opened_file{fd, static_cast<std::uint64_t>(st.st_size)};
+  if (::fstat(fd.get(), &st) != 0) return file_error(path, "cannot stat", errno);
+  if (!S_ISREG(st.st_mode)) return make_error(errc::invalid_argument, "'" + path.string() + "' is not a regular file");
+  return opened_file{std::move(fd), static_cast<std::uint64_t>(st.st_size)};
 }
 
 // Writes bytes to a mode-0600 temp file beside path, fsyncs it and renames it over path.
@@ -134,9 +108,9 @@ result<void> write_file_atomically(const std::filesystem::path& path, const std:
                                    std::size_t size) {
   std::string temp = path.string() + ".tmp.XXXXXX";
   // mkstemp creates the file with mode 0600 (before umask), so no other user can ever see it.
-  const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
-  if (fd < 0) return file_error(temp, "cannot create temporary file", errno);
-  fd_closer closer{fd};
+  const unique_fd owned(::mkostemp(temp.data(), O_CLOEXEC));
+  if (!owned) return file_error(temp, "cannot create temporary file", errno);
+  const int fd = owned.get();
   auto fail = [&](const char* what, int err) {
     ::unlink(temp.c_str());
     return file_error(temp, what, err);
@@ -196,13 +170,12 @@ result<secret_key> secret_key::from_hex(std::string_view hex) {
 
 result<secret_key> secret_key::load_file(const std::filesystem::path& path) {
   TZ_TRY(file, open_for_read(path));
-  fd_closer closer{file.fd};
   if (file.size_bytes != key_size_bytes) {
     return make_error(errc::invalid_argument, "key file '" + path.string() + "' must hold exactly 32 bytes, has " +
                                                   std::to_string(file.size_bytes));
   }
   TZ_TRY(buffer, detail::guarded_buffer::allocate(key_size_bytes));
-  TZ_CHECK(read_exact(file.fd, path, buffer.data(), key_size_bytes));
+  TZ_CHECK(read_exact(file.fd.get(), path, buffer.data(), key_size_bytes));
   buffer.seal_read_only();
   return secret_key(std::move(buffer));
 }
@@ -234,7 +207,6 @@ result<passphrase> passphrase::from_string(std::string_view text) {
 
 result<passphrase> passphrase::load_file(const std::filesystem::path& path) {
   TZ_TRY(file, open_for_read(path));
-  fd_closer closer{file.fd};
   if (file.size_bytes > passphrase_file_max_bytes) {
     return make_error(errc::invalid_argument, "passphrase file '" + path.string() + "' has " +
                                                   std::to_string(file.size_bytes) + " bytes, more than the " +
@@ -245,7 +217,7 @@ result<passphrase> passphrase::load_file(const std::filesystem::path& path) {
   }
   const auto size = static_cast<std::size_t>(file.size_bytes);
   TZ_TRY(buffer, detail::guarded_buffer::allocate(size));
-  TZ_CHECK(read_exact(file.fd, path, buffer.data(), size));
+  TZ_CHECK(read_exact(file.fd.get(), path, buffer.data(), size));
   // Strip exactly one line ending: "pw\n" and "pw\r\n" both mean "pw", "pw\n\n" means "pw\n".
   std::size_t length = size;
   if (length > 0 && buffer.data()[length - 1] == '\n') {

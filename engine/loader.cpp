@@ -20,20 +20,16 @@ double seconds_since(clock_type::time_point t0) {
 task<result<std::vector<std::byte>>> read_bytes(byte_source& src, std::uint64_t offset, std::uint64_t n) {
   std::vector<std::byte> buf(n);
   std::span<std::byte> one[1] = {buf};
-  auto ok = co_await src.read(offset, one);
-  if (!ok) co_return ok.error();
+  TZ_CO_CHECK(co_await src.read(offset, one));
   co_return buf;
 }
 
 task<result<format::file_index>> read_tensorizer_index(byte_source& src, std::uint64_t size) {
-  auto prefix = co_await read_bytes(src, 0, format::file_prefix_bytes);
-  if (!prefix) co_return prefix.error();
-  auto header = format::parse_file_header(*prefix, size, src.name());
-  if (!header) co_return header.error();
+  TZ_CO_TRY(prefix, co_await read_bytes(src, 0, format::file_prefix_bytes));
+  TZ_CO_TRY(header, format::parse_file_header(prefix, size, src.name()));
   // parse_file_header checked that metadata_bytes is capped and inside the file.
-  auto metadata = co_await read_bytes(src, format::file_prefix_bytes, header->metadata_bytes);
-  if (!metadata) co_return metadata.error();
-  co_return format::parse_index(*header, *metadata, size, src.name());
+  TZ_CO_TRY(metadata, co_await read_bytes(src, format::file_prefix_bytes, header.metadata_bytes));
+  co_return format::parse_index(header, metadata, size, src.name());
 }
 
 // A safetensors tensor as a data-only entry: no per-tensor header, so header_offset == data_offset.
@@ -53,19 +49,15 @@ format::tensor_entry entry_from_st(const format::st_tensor& t) {
 }
 
 task<result<format::file_index>> read_safetensors_index(byte_source& src, std::uint64_t size) {
-  auto first = co_await read_bytes(src, 0, 8);
-  if (!first) co_return first.error();
-  auto n = format::st_header_length(std::span<const std::byte, 8>(first->data(), 8), size, src.name());
-  if (!n) co_return n.error();
-  auto json = co_await read_bytes(src, 8, *n);
-  if (!json) co_return json.error();
-  auto st = format::parse_safetensors_header(*json, size, src.name());
-  if (!st) co_return st.error();
+  TZ_CO_TRY(first, co_await read_bytes(src, 0, 8));
+  TZ_CO_TRY(n, format::st_header_length(std::span<const std::byte, 8>(first.data(), 8), size, src.name()));
+  TZ_CO_TRY(json, co_await read_bytes(src, 8, n));
+  TZ_CO_TRY(st, format::parse_safetensors_header(json, size, src.name()));
   format::file_index index;
   index.source = src.name();
   index.file_bytes = size;
-  index.header.tensor_count = st->tensors.size();
-  for (const auto& t : st->tensors) {
+  index.header.tensor_count = st.tensors.size();
+  for (const auto& t : st.tensors) {
     index.tensors.push_back(entry_from_st(t));
     index.header.tensor_size += t.size_bytes();
   }
@@ -76,20 +68,18 @@ task<result<format::file_index>> read_safetensors_index(byte_source& src, std::u
 
 task<result<loader>> loader::async_open(std::shared_ptr<byte_source> source) {
   auto t0 = clock_type::now();
-  auto size = co_await source->size();
-  if (!size) co_return size.error();
-  if (*size < 8) co_return make_error(errc::format, source->name() + ": " + std::to_string(*size) +
-                                                        " bytes is too small for a .tensors or safetensors file");
-  auto magic = co_await read_bytes(*source, 0, format::magic_bytes);
-  if (!magic) co_return magic.error();
+  TZ_CO_TRY(size, co_await source->size());
+  if (size < 8) co_return make_error(errc::format, source->name() + ": " + std::to_string(size) +
+                                                       " bytes is too small for a .tensors or safetensors file");
+  TZ_CO_TRY(magic, co_await read_bytes(*source, 0, format::magic_bytes));
   loader l;
-  l.kind_ = std::memcmp(magic->data(), "|TZR|", 5) == 0 ? file_kind::tensorizer : file_kind::safetensors;
+  l.kind_ = std::memcmp(magic.data(), "|TZR|", 5) == 0 ? file_kind::tensorizer : file_kind::safetensors;
   // Two statements, not one ?: with a co_await in each arm: GCC 12 mishandles those temporaries.
   result<format::file_index> index = make_error(errc::format, "");
   if (l.kind_ == file_kind::tensorizer) {
-    index = co_await read_tensorizer_index(*source, *size);
+    index = co_await read_tensorizer_index(*source, size);
   } else {
-    index = co_await read_safetensors_index(*source, *size);
+    index = co_await read_safetensors_index(*source, size);
   }
   if (!index) co_return index.error();
   l.index_ = std::make_shared<const format::file_index>(std::move(*index));

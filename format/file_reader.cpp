@@ -1,59 +1,21 @@
 // The simple synchronous .tensors reader over pread.
 #include "tz/format/file_reader.hpp"
+#include "tz/posix_io.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
+#include <memory>
 
 namespace tz::format {
-namespace {
-
-error os_error(const std::string& what, const std::string& path, std::uint64_t offset, int err) {
-  return make_error(err == ENOENT ? errc::not_found : errc::io,
-                    "file " + path + ": " + what + " at offset " + std::to_string(offset) + ": " + std::strerror(err));
-}
-
-result<void> pread_all(int fd, const std::string& path, std::uint64_t offset, std::span<std::byte> dst) {
-  std::size_t done = 0;
-  while (done < dst.size()) {
-    const auto n = ::pread(fd, dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR || errno == EAGAIN) continue;
-      return os_error("read failed", path, offset + done, errno);
-    }
-    if (n == 0)
-      return make_error(errc::format, "file " + path + ": unexpected end of file at offset " +
-                                          std::to_string(offset + done) + " (needed " +
-                                          std::to_string(dst.size() - done) + " more bytes)");
-    done += static_cast<std::size_t>(n);
-  }
-  return {};
-}
-
-}  // namespace
-
-// Closes its descriptor when the last copy of the read function goes away.
-struct shared_fd {
-  explicit shared_fd(int f) : fd(f) {}
-  shared_fd(const shared_fd&) = delete;
-  shared_fd& operator=(const shared_fd&) = delete;
-  ~shared_fd() { ::close(fd); }
-  int fd;
-};
 
 result<file_reader> file_reader::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return os_error("cannot open", path, 0, errno);
-  auto owner = std::make_shared<shared_fd>(fd);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return os_error("cannot stat", path, 0, errno);
-  auto read = [owner, path](std::uint64_t offset, std::span<std::byte> dst) {
-    return pread_all(owner->fd, path, offset, dst);
+  TZ_TRY(fd, open_read_only(path));
+  const std::string source = "file " + path;
+  TZ_TRY(size_bytes, file_size(fd.get(), source));
+  // The descriptor closes when the last copy of the read function goes away.
+  auto owner = std::make_shared<unique_fd>(std::move(fd));
+  auto read = [owner, source](std::uint64_t offset, std::span<std::byte> dst) {
+    return pread_full(owner->get(), dst, offset, source, errc::format);
   };
-  return open(std::move(read), static_cast<std::uint64_t>(st.st_size), "file " + path);
+  return open(std::move(read), size_bytes, source);
 }
 
 result<file_reader> file_reader::open(read_at_fn read_at, std::uint64_t size, std::string source) {

@@ -1,12 +1,9 @@
 // safetensors: the dtype table, header parsing and validation, and the file-based index reader.
 #include "tz/format/safetensors.hpp"
+#include "tz/posix_io.hpp"
 
 // Boost.JSON's implementation is compiled once for the project, in format/json.cpp.
 #include <boost/json.hpp>
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -242,23 +239,6 @@ result<json::value> parse_json(std::span<const std::byte> text, std::string_view
   return parser.release();
 }
 
-result<void> pread_all(int fd, std::span<std::byte> dst, std::uint64_t offset, std::string_view source) {
-  std::size_t done = 0;
-  while (done < dst.size()) {
-    const ssize_t got = ::pread(fd, dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0)
-      return make_error(errc::io, std::string(source) + ": read at offset " + std::to_string(offset + done) +
-                                      " failed: " + std::system_category().message(errno));
-    if (got == 0)
-      return make_error(errc::io, std::string(source) + ": unexpected end of file at offset " +
-                                      std::to_string(offset + done) + " (expected " +
-                                      std::to_string(dst.size() - done) + " more bytes)");
-    done += static_cast<std::size_t>(got);
-  }
-  return {};
-}
-
 }  // namespace
 
 const st_tensor* st_index::find(std::string_view name) const noexcept {
@@ -338,24 +318,16 @@ result<st_index> parse_safetensors_header(std::span<const std::byte> json_bytes,
 
 result<st_index> read_safetensors_index(const std::string& path) {
   const std::string source = "file " + path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return make_error(errc::io, source + ": cannot open: " + std::system_category().message(errno));
-  struct fd_closer {
-    int fd;
-    ~fd_closer() { ::close(fd); }
-  } closer{fd};
-  struct stat info {};
-  if (::fstat(fd, &info) != 0)
-    return make_error(errc::io, source + ": cannot stat: " + std::system_category().message(errno));
-  const auto file_bytes = static_cast<std::uint64_t>(info.st_size);
+  TZ_TRY(fd, open_read_only(path));
+  TZ_TRY(file_bytes, file_size(fd.get(), source));
   if (file_bytes < 8)
     return format_error(source, "file is " + std::to_string(file_bytes) +
                                     " bytes, shorter than its 8-byte header length");
   std::array<std::byte, 8> first8{};
-  TZ_CHECK(pread_all(fd, first8, 0, source));
+  TZ_CHECK(pread_full(fd.get(), first8, 0, source));
   TZ_TRY(header_bytes, st_header_length(first8, file_bytes, source));
   std::vector<std::byte> header(header_bytes);  // bounded by st_header_length
-  TZ_CHECK(pread_all(fd, header, 8, source));
+  TZ_CHECK(pread_full(fd.get(), header, 8, source));
   return parse_safetensors_header(header, file_bytes, source);
 }
 

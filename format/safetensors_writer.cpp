@@ -1,5 +1,6 @@
 // safetensors writer: lays a file out as python's save_file does and writes it atomically.
 #include "tz/format/safetensors.hpp"
+#include "tz/unique_fd.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -151,8 +152,8 @@ class temp_file {
       temp_file t;
       t.path_ = final_path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(tag);
       // 0666 before the umask, like any ordinary file (python's save_file included).
-      t.fd_ = ::open(t.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (t.fd_ >= 0) return t;
+      t.fd_.reset(::open(t.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
+      if (t.fd_) return t;
       if (errno != EEXIST) {
         const int err = errno;
         t.path_.clear();
@@ -163,39 +164,35 @@ class temp_file {
     return io_error(final_path, "cannot find a free temporary file name", EEXIST);
   }
 
-  temp_file(temp_file&& other) noexcept : fd_(std::exchange(other.fd_, -1)), path_(std::move(other.path_)) {
+  temp_file(temp_file&& other) noexcept : fd_(std::move(other.fd_)), path_(std::move(other.path_)) {
     other.path_.clear();
   }
   temp_file& operator=(temp_file&&) = delete;
   ~temp_file() {
-    if (fd_ >= 0) ::close(fd_);
+    fd_.reset();
     if (!path_.empty()) ::unlink(path_.c_str());
   }
 
-  int fd() const noexcept { return fd_; }
+  int fd() const noexcept { return fd_.get(); }
   const std::string& path() const noexcept { return path_; }
 
   // Makes the bytes durable, renames the file over final_path and syncs the directory entry.
   result<void> commit(const std::string& final_path) {
-    if (::fsync(fd_) != 0) return io_error(path_, "fsync", errno);
-    const int closed = ::close(std::exchange(fd_, -1));
-    if (closed != 0) return io_error(path_, "close", errno);
+    if (::fsync(fd_.get()) != 0) return io_error(path_, "fsync", errno);
+    if (fd_.close() != 0) return io_error(path_, "close", errno);
     if (::rename(path_.c_str(), final_path.c_str()) != 0) return io_error(final_path, "rename from " + path_, errno);
     path_.clear();
     std::string dir = std::filesystem::path(final_path).parent_path().string();
     if (dir.empty()) dir = ".";
-    const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd < 0) return io_error(final_path, "renamed, but cannot open its directory to sync it", errno);
-    const int synced = ::fsync(dir_fd);
-    const int err = errno;
-    ::close(dir_fd);
-    if (synced != 0) return io_error(final_path, "renamed, but syncing its directory failed", err);
+    const unique_fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir_fd) return io_error(final_path, "renamed, but cannot open its directory to sync it", errno);
+    if (::fsync(dir_fd.get()) != 0) return io_error(final_path, "renamed, but syncing its directory failed", errno);
     return {};
   }
 
  private:
   temp_file() = default;
-  int fd_ = -1;
+  unique_fd fd_;
   std::string path_;
 };
 

@@ -1,5 +1,6 @@
 // The .tensors writer: the layout, hashes and version rules of tensorizer 2.11.1 (format/FORMAT.md §10).
 #include "tz/format/writer.hpp"
+#include "tz/posix_io.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -23,21 +24,6 @@ void put_bytes(std::vector<std::byte>& out, std::string_view s) {
 
 void patch(std::vector<std::byte>& out, std::size_t at, std::uint64_t v, std::size_t width) {
   for (std::size_t i = 0; i < width; ++i) out[at + i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-}
-
-result<void> pwrite_all(int fd, const std::string& path, std::uint64_t offset, std::span<const std::byte> b) {
-  std::size_t done = 0;
-  while (done < b.size()) {
-    const auto n = ::pwrite(fd, b.data() + done, std::min<std::size_t>(b.size() - done, 1u << 30),
-                            static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return make_error(errc::io, "file " + path + ": write failed at offset " + std::to_string(offset + done) +
-                                      ": " + std::strerror(errno));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  return {};
 }
 
 // The per-tensor header with zeroed hash slots; records where the slots and the crypt block sit.
@@ -100,7 +86,7 @@ void append_metadata(std::vector<std::byte>& m, const tensor_write& t, const std
 
 struct tensor_writer::state {
   std::string path, temp_path;
-  int fd = -1;
+  unique_fd fd;
   writer_options options;
   std::uint32_t version = 1;
   std::uint64_t tensor_size = 0, tensor_count = 0;
@@ -110,10 +96,13 @@ struct tensor_writer::state {
   bool closed = false;
 
   ~state() {
-    if (fd >= 0) ::close(fd);
+    fd.reset();
     if (!closed && !temp_path.empty()) ::unlink(temp_path.c_str());
   }
   error fail(const std::string& why) const { return make_error(errc::io, "file " + path + ": " + why); }
+  result<void> write_at(std::uint64_t offset, std::span<const std::byte> bytes) const {
+    return pwrite_full(fd.get(), bytes, offset, "file " + temp_path);
+  }
   result<void> write_tensor(const tensor_write& t);
 };
 
@@ -130,13 +119,13 @@ result<tensor_writer> tensor_writer::create(const std::string& path, writer_opti
   s->version = options.encryptor ? 3 : 1;
   std::random_device rd;
   s->temp_path = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
-  s->fd = ::open(s->temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (s->fd < 0) {
+  s->fd.reset(::open(s->temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!s->fd) {
     s->temp_path.clear();
     return s->fail(std::string("cannot create a temporary file next to it: ") + std::strerror(errno));
   }
   std::vector<std::byte> zeros(python_metadata_bytes);
-  TZ_CHECK(pwrite_all(s->fd, s->temp_path, file_prefix_bytes, zeros));
+  TZ_CHECK(s->write_at(file_prefix_bytes, zeros));
   return tensor_writer(std::move(s));
 }
 
@@ -192,10 +181,10 @@ result<void> tensor_writer::state::write_tensor(const tensor_write& t) {
   if (h.crc_at) patch(h.bytes, h.crc_at, crc.value(), 4);
   const auto digest = sha.finish();
   std::memcpy(h.bytes.data() + h.sha_at, digest.data(), digest.size());
-  TZ_CHECK(pwrite_all(fd, temp_path, header_offset, h.bytes));
-  TZ_CHECK(pwrite_all(fd, temp_path, data_offset, cipher.empty() ? t.data : std::span<const std::byte>(cipher)));
-  TZ_CHECK(pwrite_all(fd, temp_path, file_prefix_bytes + before,
-                      std::span<const std::byte>(metadata).subspan(before)));
+  TZ_CHECK(write_at(header_offset, h.bytes));
+  TZ_CHECK(write_at(data_offset, cipher.empty() ? t.data : std::span<const std::byte>(cipher)));
+  TZ_CHECK(write_at(file_prefix_bytes + before,
+                    std::span<const std::byte>(metadata).subspan(before)));
   end_offset = data_offset + data_length;
   tensor_size += data_length;
   ++tensor_count;
@@ -215,11 +204,11 @@ result<void> tensor_writer::close() {
   put(head, s.tensor_count, 8);
   put(head, python_metadata_bytes, 8);
   std::vector<std::byte> end_marker(8);
-  TZ_CHECK(pwrite_all(s.fd, s.temp_path, 0, head));
-  TZ_CHECK(pwrite_all(s.fd, s.temp_path, s.end_offset, end_marker));
-  if (::ftruncate(s.fd, static_cast<off_t>(s.end_offset + 8)) != 0 || ::fsync(s.fd) != 0)
+  TZ_CHECK(s.write_at(0, head));
+  TZ_CHECK(s.write_at(s.end_offset, end_marker));
+  if (::ftruncate(s.fd.get(), static_cast<off_t>(s.end_offset + 8)) != 0 || ::fsync(s.fd.get()) != 0)
     return s.fail(std::string("cannot finish the temporary file: ") + std::strerror(errno));
-  ::close(std::exchange(s.fd, -1));
+  s.fd.reset();
   if (::rename(s.temp_path.c_str(), s.path.c_str()) != 0)
     return s.fail(std::string("cannot rename the temporary file into place: ") + std::strerror(errno));
   s.closed = true;

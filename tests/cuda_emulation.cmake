@@ -1,5 +1,5 @@
 # The CUDA path without a GPU: cuda/'s runtime sources compiled against a host emulation of the
-# CUDA runtime API (cuda_emulation/), linked with the same engine and backend objects as the real
+# CUDA runtime API (cuda_emulation/), linked with the same engine and sources objects as the real
 # build. The GPU suites of cuda_test and device_load_test, the emulation's own fault-injection tests
 # and a smoke run of gpu_load_bench then run on every machine. They test our logic (ring, streams,
 # completions, errors, leaks, buffer reuse) under CUDA's rules; only a GPU tests CUDA itself.
@@ -17,8 +17,11 @@ tz_target_defaults(tz_cuda_emulated)
 
 add_library(tz_engine_emulated STATIC)
 target_link_libraries(tz_engine_emulated PUBLIC tz_engine_objects tz_cuda_emulated)
-add_library(tz_backends_emulated STATIC)
-target_link_libraries(tz_backends_emulated PUBLIC tz_backends_objects tz_engine_emulated)
+# The engine on the emulation, with the (CUDA-free) backends; tz::sources' objects for the CLI.
+add_library(tz_backends_emulated INTERFACE)
+target_link_libraries(tz_backends_emulated INTERFACE tz::backends tz_engine_emulated)
+add_library(tz_sources_emulated STATIC)
+target_link_libraries(tz_sources_emulated PUBLIC tz_sources_objects tz_backends_emulated)
 
 tz_add_doctest(cuda_emulated_test SOURCES cuda_test.cpp LIBS tz_cuda_emulated)
 tz_add_doctest(device_load_emulated_test SOURCES device_load_test.cpp LIBS tz_backends_emulated REFERENCE)

@@ -1,6 +1,7 @@
 // Argument parsing, error printing and reading secrets (files or the terminal, never argv), shared
 // by the subcommands.
 #include "cli.hpp"
+#include "tz/unique_fd.hpp"
 
 #include <fcntl.h>
 #include <termios.h>
@@ -82,8 +83,9 @@ namespace tz::cli {
 
 result<crypto::passphrase> read_passphrase(const std::string& path) {
   if (path != "-") return crypto::passphrase::load_file(path);
-  const int fd = ::open("/dev/tty", O_RDWR | O_CLOEXEC);
-  if (fd < 0) return make_error(errc::invalid_argument, "no terminal to prompt for the passphrase on; use a file");
+  const unique_fd tty_fd(::open("/dev/tty", O_RDWR | O_CLOEXEC));
+  const int fd = tty_fd.get();
+  if (!tty_fd) return make_error(errc::invalid_argument, "no terminal to prompt for the passphrase on; use a file");
   termios old{};
   const bool tty = ::tcgetattr(fd, &old) == 0;
   if (tty) {
@@ -98,7 +100,6 @@ result<crypto::passphrase> read_passphrase(const std::string& path) {
   for (char c; n < sizeof buf && ::read(fd, &c, 1) == 1 && c != '\n';) buf[n++] = c;
   if (tty) ::tcsetattr(fd, TCSAFLUSH, &old);
   (void)!::write(fd, "\n", 1);
-  ::close(fd);
   auto pass = crypto::passphrase::from_string(std::string_view(buf, n));
   ::explicit_bzero(buf, sizeof buf);
   return pass;

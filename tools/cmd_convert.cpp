@@ -1,8 +1,9 @@
 // tensorizer convert: lossless safetensors <-> .tensors conversion, chosen by file extension.
 #include "cli.hpp"
-#include "open_source.hpp"
+#include "remote_args.hpp"
 #include "tensor_walk.hpp"
 #include "tz/format/safetensors.hpp"
+#include "tz/posix_io.hpp"
 #include "tz/format/writer.hpp"
 
 #include <boost/json.hpp>
@@ -76,8 +77,7 @@ result<void> tensors_to_safetensors(const format::file_reader& reader, const std
 
 result<void> safetensors_to_tensors(const std::string& in, const std::string& out) {
   TZ_TRY(index, format::read_safetensors_index(in));
-  cli::mapped_file m;
-  TZ_CHECK(cli::map_file(in, m));
+  TZ_TRY(m, mapped_file::open(in));
   // Restore tensorizer's order, types, module indices and paths when the file came from us.
   boost::json::array info;
   for (const auto& [k, v] : index.metadata)
@@ -127,12 +127,12 @@ result<void> safetensors_to_tensors(const std::string& in, const std::string& ou
 result<void> convert(const std::string& in, const std::string& out, bool to_safetensors, const cli::args& a) {
   TZ_TRY(remote, cli::remote_options_from(a));
   tz::scheduler sched;
-  TZ_TRY(target, cli::output_target::create(out, remote));
+  TZ_TRY(target, tz::output_target::create(out, remote));
   if (to_safetensors) {
-    TZ_TRY(reader, cli::open_reader(sched, in, remote));
+    TZ_TRY(reader, tz::open_reader(sched, in, remote));
     TZ_CHECK(tensors_to_safetensors(reader, target.path(), a));
   } else {
-    TZ_TRY(local, cli::local_input::fetch(sched, in, remote));
+    TZ_TRY(local, tz::local_input::fetch(sched, in, remote));
     TZ_CHECK(safetensors_to_tensors(local.path(), target.path()));
   }
   return target.publish(sched);

@@ -1,6 +1,6 @@
 // tensorizer copy / synth: writing .tensors files (copies of existing ones, or synthetic models).
 #include "cli.hpp"
-#include "open_source.hpp"
+#include "remote_args.hpp"
 #include "tensor_walk.hpp"
 #include "tz/format/writer.hpp"
 
@@ -108,13 +108,13 @@ int cmd_copy(int argc, char** argv) {
   auto remote = cli::remote_options_from(*a);
   if (!remote) return cli::fail("copy", remote.error());
   tz::scheduler sched;
-  auto reader = cli::open_reader(sched, a->positional[0], *remote);
+  auto reader = tz::open_reader(sched, a->positional[0], *remote);
   if (!reader) return cli::fail("copy", reader.error());
   auto decryption = cli::decryption_from(*a);
   if (!decryption) return cli::fail("copy", decryption.error());
   auto encryptor = encryptor_from(*a);
   if (!encryptor) return cli::fail("copy", encryptor.error());
-  auto target = cli::output_target::create(a->positional[1], *remote);
+  auto target = tz::output_target::create(a->positional[1], *remote);
   if (!target) return cli::fail("copy", target.error());
   auto writer = format::tensor_writer::create(target->path(), {.encryptor = encryptor->get()});
   if (!writer) return cli::fail("copy", writer.error());
@@ -135,7 +135,7 @@ int cmd_synth(int argc, char** argv) {
   if (a->positional.size() != 1) return cli::usage_error("synth", "expected OUT", help.c_str());
   auto remote = cli::remote_options_from(*a);
   if (!remote) return cli::fail("synth", remote.error());
-  auto target = cli::output_target::create(a->positional[0], *remote);
+  auto target = tz::output_target::create(a->positional[0], *remote);
   if (!target) return cli::fail("synth", target.error());
   auto size_mib = cli::to_uint("--size-mib", a->get("--size-mib").value_or("1024"));
   auto seed = cli::to_uint("--seed", a->get("--seed").value_or("1"));

@@ -1,6 +1,6 @@
 // tensorizer inspect / hash / verify: read-only views of a .tensors file.
 #include "cli.hpp"
-#include "open_source.hpp"
+#include "remote_args.hpp"
 #include "tensor_walk.hpp"
 #include "tz/hash.hpp"
 
@@ -49,7 +49,7 @@ std::string help_of(const char* own) { return std::string(own) + cli::remote_hel
 // Parses the shared remote options and opens FILE (a path or URI) for a sequential walk.
 result<format::file_reader> open_file(scheduler& sched, const cli::args& a) {
   TZ_TRY(remote, cli::remote_options_from(a));
-  return cli::open_reader(sched, a.positional[0], remote);
+  return tz::open_reader(sched, a.positional[0], remote);
 }
 
 }  // namespace

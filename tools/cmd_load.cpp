@@ -1,7 +1,7 @@
 // `tensorizer load FILE|URI`: load every tensor into host memory and report GB/s and stage times.
 #include "cli.hpp"
 #include "load_report.hpp"
-#include "open_source.hpp"
+#include "remote_args.hpp"
 
 #include "tz/file_source.hpp"
 #include "tz/loader.hpp"
@@ -89,7 +89,7 @@ int cmd_load(int argc, char** argv) {
   try {
     scheduler sched(args->threads);
     result<std::shared_ptr<byte_source>> src = make_error(errc::io, "");
-    if (is_remote_uri(args->path)) src = cli::open_any(args->path, *remote);
+    if (is_remote_uri(args->path)) src = tz::open_any(args->path, *remote);
     else if (auto f = file_source::open(args->path, {args->direct, false})) src = std::shared_ptr<byte_source>(*f);
     else src = f.error();
     if (!src) return cli::fail("load", src.error());

@@ -2,7 +2,7 @@
 // per-stage timings. The `load` subcommand dispatches here when --device names a GPU.
 #include "cli.hpp"
 #include "load_report.hpp"
-#include "open_source.hpp"
+#include "remote_args.hpp"
 
 #include "tz/device_load.hpp"
 #include "tz/file_source.hpp"
@@ -132,7 +132,7 @@ int cmd_load_device(int argc, char** argv, const std::string& device) {
     if (file) src = std::shared_ptr<byte_source>(std::move(*file));
     else src = file.error();
   } else {
-    src = cli::open_any(args->path, *remote);
+    src = tz::open_any(args->path, *remote);
   }
   if (!src) return cli::fail("load", src.error());
   scheduler sched(args->threads);

@@ -305,9 +305,8 @@ task<result<http_response>> http_client::impl::exchange(const http_request& requ
     auto c = round == 0 ? take_idle(ex) : nullptr;
     bool reused = c != nullptr;
     if (!c) {
-      auto fresh = co_await connect(request.target);
-      if (!fresh) co_return fresh.error();
-      c = std::move(*fresh);
+      TZ_CO_TRY(fresh, co_await connect(request.target));
+      c = std::move(fresh);
     }
     std::uint64_t before = received ? *received : 0;
     // (No co_await inside ?: here: GCC 12 mis-compiles that.)

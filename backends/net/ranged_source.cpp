@@ -86,12 +86,10 @@ task<result<ranged_source::object_info>> ranged_source::info() {
     return request;
   };
   std::string what = name_ + (hooks_.size_by_range_get ? ": GET bytes=0-0" : ": HEAD");
-  auto response = co_await exchange_with_retries(*client_, make, hooks_, options_.retry, what);
-  if (!response) co_return response.error();
-  auto found = hooks_.size_by_range_get ? info_from_range(*response) : info_from_head(*response);
-  if (!found) co_return found.error();
+  TZ_CO_TRY(response, co_await exchange_with_retries(*client_, make, hooks_, options_.retry, what));
+  TZ_CO_TRY(found, hooks_.size_by_range_get ? info_from_range(response) : info_from_head(response));
   std::lock_guard lock(mutex_);
-  if (!info_) info_ = *found;
+  if (!info_) info_ = found;
   co_return *info_;
 }
 
@@ -118,9 +116,8 @@ result<ranged_source::object_info> ranged_source::info_from_range(const http_res
 }
 
 task<result<std::uint64_t>> ranged_source::size() {
-  auto found = co_await info();
-  if (!found) co_return found.error();
-  co_return found->size_bytes;
+  TZ_CO_TRY(found, co_await info());
+  co_return found.size_bytes;
 }
 
 result<void> ranged_source::check_range_response(const http_response& response, std::uint64_t first,
@@ -190,23 +187,22 @@ task<result<void>> ranged_source::read_range(std::uint64_t offset_bytes, std::ve
 
 task<result<void>> ranged_source::read(std::uint64_t offset_bytes, scatter_list dst) {
   const std::uint64_t total = scatter_size(dst);
-  auto found = co_await info();
-  if (!found) co_return found.error();
-  if (offset_bytes > found->size_bytes || total > found->size_bytes - offset_bytes)
+  TZ_CO_TRY(found, co_await info());
+  if (offset_bytes > found.size_bytes || total > found.size_bytes - offset_bytes)
     co_return make_error(errc::invalid_argument, name_ + ": read of " + std::to_string(total) + " bytes at offset " +
                                                      std::to_string(offset_bytes) + " is past the end (size " +
-                                                     std::to_string(found->size_bytes) + ")");
+                                                     std::to_string(found.size_bytes) + ")");
   if (total == 0) co_return result<void>{};
   std::uint64_t parts = std::clamp<std::uint64_t>(total / std::max<std::uint64_t>(options_.split_min_bytes, 1), 1,
                                                   std::max<std::size_t>(options_.connections, 1));
-  if (parts == 1) co_return co_await read_range(offset_bytes, scatter_slice(dst, 0, total), found->etag);
+  if (parts == 1) co_return co_await read_range(offset_bytes, scatter_slice(dst, 0, total), found.etag);
   auto ex = co_await asio::this_coro::executor;
   using op_type = decltype(asio::co_spawn(ex, read_range(0, {}, {}), asio::deferred));
   std::vector<op_type> ops;
   const std::uint64_t part_bytes = (total + parts - 1) / parts;
   for (std::uint64_t skip = 0; skip < total; skip += part_bytes) {
     auto length = std::min(part_bytes, total - skip);
-    ops.push_back(asio::co_spawn(ex, read_range(offset_bytes + skip, scatter_slice(dst, skip, length), found->etag),
+    ops.push_back(asio::co_spawn(ex, read_range(offset_bytes + skip, scatter_slice(dst, skip, length), found.etag),
                                  asio::deferred));
   }
   co_return co_await net::all_succeed(std::move(ops));

@@ -113,8 +113,7 @@ class redis_source final : public byte_source {
   const std::string& name() const noexcept override { return name_; }
 
   task<result<std::uint64_t>> size() override {
-    auto indexed = co_await ensure_index();
-    if (!indexed) co_return indexed.error();
+    TZ_CO_CHECK(co_await ensure_index());
     co_return keys_.empty() ? 0 : keys_.back().offset_bytes + keys_.back().size_bytes;
   }
 
@@ -176,23 +175,21 @@ result<std::vector<piece>> redis_source::plan(std::uint64_t offset_bytes, std::u
 }
 
 task<result<void>> redis_source::read_part(std::uint64_t offset_bytes, std::vector<std::span<std::byte>> dst) {
-  auto pieces = plan(offset_bytes, net::scatter_size(dst));
-  if (!pieces) co_return pieces.error();
+  TZ_CO_TRY(pieces, plan(offset_bytes, net::scatter_size(dst)));
   auto r = co_await net::run_blocking<result<void>>(workers_, [&]() -> result<void> {
-    return pool_.with_connection([&](redisContext& ctx) { return read_pieces(ctx, *pieces, dst); }, "GETRANGE");
+    return pool_.with_connection([&](redisContext& ctx) { return read_pieces(ctx, pieces, dst); }, "GETRANGE");
   });
   if (!r) co_return make_error(r.error().code, name_ + ": reading at offset " + std::to_string(offset_bytes) + ": " + r.error().message);
   co_return r;
 }
 
 task<result<void>> redis_source::read(std::uint64_t offset_bytes, scatter_list dst) {
-  auto size_bytes = co_await size();
-  if (!size_bytes) co_return size_bytes.error();
+  TZ_CO_TRY(size_bytes, co_await size());
   const std::uint64_t total = net::scatter_size(dst);
-  if (offset_bytes > *size_bytes || total > *size_bytes - offset_bytes)
+  if (offset_bytes > size_bytes || total > size_bytes - offset_bytes)
     co_return make_error(errc::invalid_argument, name_ + ": read of " + std::to_string(total) + " bytes at offset " +
                                                      std::to_string(offset_bytes) + " is past the end (size " +
-                                                     std::to_string(*size_bytes) + ")");
+                                                     std::to_string(size_bytes) + ")");
   std::uint64_t parts = std::clamp<std::uint64_t>(total / (2 * options_.piece_bytes), 1, std::max<std::size_t>(options_.connections, 1));
   if (parts == 1) co_return co_await read_part(offset_bytes, net::scatter_slice(dst, 0, total));
   auto ex = co_await asio::this_coro::executor;
@@ -266,12 +263,11 @@ result<std::unique_ptr<byte_source>> open_redis_source(const redis_options& opti
 }
 
 task<result<void>> write_virtual_file(const redis_options& options, std::string url, std::span<const redis_range> ranges) {
-  auto uri = parse_redis_url(url);
-  if (!uri) co_return uri.error();
-  redis_pool pool(uri->host, uri->port, options.timeout, options.retry);
+  TZ_CO_TRY(uri, parse_redis_url(url));
+  redis_pool pool(uri.host, uri.port, options.timeout, options.retry);
   asio::thread_pool worker(1);
   auto r = co_await net::run_blocking<result<void>>(worker, [&]() -> result<void> {
-    return pool.with_connection([&](redisContext& ctx) { return write_ranges(ctx, uri->target, ranges, options.piece_bytes); },
+    return pool.with_connection([&](redisContext& ctx) { return write_ranges(ctx, uri.target, ranges, options.piece_bytes); },
                                 "writing the virtual file");
   });
   worker.join();

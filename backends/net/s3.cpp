@@ -21,12 +21,11 @@ constexpr std::uint64_t min_part_bytes = 5ull << 20;
 task<result<net::http_response>> send(s3_object& object, const tz::s3_options& options, std::string method,
                                       std::string target, std::span<const std::byte> body, std::string what) {
   auto make = [&] { return http_request{method, target, {}, body}; };
-  auto response = co_await net::exchange_with_retries(*object.client, make, object.hooks, options.http.retry, what);
-  if (!response) co_return response.error();
+  TZ_CO_TRY(response, co_await net::exchange_with_retries(*object.client, make, object.hooks, options.http.retry, what));
   // S3 may answer 200 with an <Error> body (CompleteMultipartUpload): treat it as a failure.
-  if (response->status >= 300 || response->body.find("<Error>") != std::string::npos) {
-    if (response->status < 300) response->status = 500;
-    co_return net::status_error(*response, object.hooks, what);
+  if (response.status >= 300 || response.body.find("<Error>") != std::string::npos) {
+    if (response.status < 300) response.status = 500;
+    co_return net::status_error(response, object.hooks, what);
   }
   co_return response;
 }
@@ -34,13 +33,11 @@ task<result<net::http_response>> send(s3_object& object, const tz::s3_options& o
 task<result<std::string>> upload_part(s3_object& object, const s3_options& options, const std::string& upload_id,
                                       int number, std::uint64_t offset, std::uint64_t length, s3_part_reader& read) {
   std::vector<std::byte> buffer(length);
-  auto filled = co_await read(offset, buffer);
-  if (!filled) co_return filled.error();
+  TZ_CO_CHECK(co_await read(offset, buffer));
   auto target = object.object_path + "?partNumber=" + std::to_string(number) + "&uploadId=" + uri_encode(upload_id, false);
-  auto response = co_await send(object, options, "PUT", target, buffer,
-                                object.url + ": UploadPart " + std::to_string(number) + " (offset " + std::to_string(offset) + ")");
-  if (!response) co_return response.error();
-  co_return std::string(response->header("ETag"));
+  TZ_CO_TRY(response, co_await send(object, options, "PUT", target, buffer,
+                                    object.url + ": UploadPart " + std::to_string(number) + " (offset " + std::to_string(offset) + ")"));
+  co_return std::string(response.header("ETag"));
 }
 
 // Uploads every part with `concurrency` workers pulling part numbers from a shared counter.
@@ -53,10 +50,9 @@ task<result<void>> upload_parts(s3_object& object, const s3_options& options, co
   auto worker = [&]() -> task<result<void>> {
     for (std::size_t i = next++; i < parts; i = next++) {
       auto offset = i * part_bytes;
-      auto etag = co_await upload_part(object, options, upload_id, static_cast<int>(i + 1), offset,
-                                       std::min(part_bytes, size_bytes - offset), read);
-      if (!etag) co_return etag.error();
-      etags[i] = std::move(*etag);
+      TZ_CO_TRY(etag, co_await upload_part(object, options, upload_id, static_cast<int>(i + 1), offset,
+                                           std::min(part_bytes, size_bytes - offset), read));
+      etags[i] = std::move(etag);
     }
     co_return result<void>{};
   };
@@ -70,10 +66,9 @@ task<result<void>> upload_parts(s3_object& object, const s3_options& options, co
 
 task<result<void>> multipart_upload(s3_object& object, const s3_options& options, std::uint64_t size_bytes,
                                     s3_part_reader& read) {
-  auto initiated = co_await send(object, options, "POST", object.object_path + "?uploads=", {},
-                                 object.url + ": CreateMultipartUpload");
-  if (!initiated) co_return initiated.error();
-  auto upload_id = net::xml_value(initiated->body, "UploadId");
+  TZ_CO_TRY(initiated, co_await send(object, options, "POST", object.object_path + "?uploads=", {},
+                                     object.url + ": CreateMultipartUpload"));
+  auto upload_id = net::xml_value(initiated.body, "UploadId");
   if (upload_id.empty()) co_return make_error(errc::network, object.url + ": CreateMultipartUpload returned no UploadId");
   const std::string upload_target = object.object_path + "?uploadId=" + uri_encode(upload_id, false);
   std::vector<std::string> etags;
@@ -105,15 +100,12 @@ result<std::unique_ptr<byte_source>> open_s3_source(const s3_options& options, s
 }
 
 task<result<void>> s3_upload(const s3_options& options, std::string url, std::uint64_t size_bytes, s3_part_reader read) {
-  auto object = net::open_s3_object(options, url, true);
-  if (!object) co_return object.error();
+  TZ_CO_TRY(object, net::open_s3_object(options, url, true));
   if (size_bytes >= options.multipart_threshold_bytes && size_bytes > min_part_bytes)
-    co_return co_await multipart_upload(*object, options, size_bytes, read);
+    co_return co_await multipart_upload(object, options, size_bytes, read);
   std::vector<std::byte> buffer(size_bytes);
-  auto filled = co_await read(0, buffer);
-  if (!filled) co_return filled.error();
-  auto put = co_await send(*object, options, "PUT", object->object_path, buffer, url + ": PutObject");
-  if (!put) co_return put.error();
+  TZ_CO_CHECK(co_await read(0, buffer));
+  TZ_CO_CHECK(co_await send(object, options, "PUT", object.object_path, buffer, url + ": PutObject"));
   co_return result<void>{};
 }
 
@@ -126,13 +118,12 @@ task<result<void>> s3_upload(const s3_options& options, std::string url, std::sp
 }
 
 task<result<void>> s3_upload(const s3_options& options, std::string url, byte_source& data) {
-  auto size_bytes = co_await data.size();
-  if (!size_bytes) co_return size_bytes.error();
+  TZ_CO_TRY(size_bytes, co_await data.size());
   s3_part_reader read = [&data](std::uint64_t offset, std::span<std::byte> dst) -> task<result<void>> {
     std::span<std::byte> spans[] = {dst};
     co_return co_await data.read(offset, spans);
   };
-  co_return co_await s3_upload(options, std::move(url), *size_bytes, std::move(read));
+  co_return co_await s3_upload(options, std::move(url), size_bytes, std::move(read));
 }
 
 }  // namespace tz

@@ -1,9 +1,9 @@
 // Shared pieces of the tensorizer._C extension: the process scheduler, error translation, options.
 #pragma once
 
-#include "open_source.hpp"
 #include "tz/error.hpp"
 #include "tz/scheduler.hpp"
+#include "tz/sources.hpp"
 
 #include <pybind11/pybind11.h>
 
@@ -30,7 +30,7 @@ T take(result<T> r) {
 }
 
 // Remote options from the keyword arguments of API.md (ca_file, insecure, connections, s3_*).
-cli::remote_options remote_options_from(const pyb::kwargs& kw);
+tz::remote_options remote_options_from(const pyb::kwargs& kw);
 
 void register_keys(pyb::module_& m);
 void register_source(pyb::module_& m);

@@ -83,7 +83,7 @@ void raise_error(const error& e) {
   throw pyb::error_already_set();
 }
 
-cli::remote_options remote_options_from(const pyb::kwargs& kw) {
+tz::remote_options remote_options_from(const pyb::kwargs& kw) {
   static const char* const known[] = {"ca_file",         "insecure",        "connections",   "s3_access_key_id",
                                       "s3_secret_access_key", "s3_session_token", "s3_endpoint", "s3_config_path",
                                       "s3_region",       "force_http",      "s3_virtual_host", "headers"};
@@ -92,7 +92,7 @@ cli::remote_options remote_options_from(const pyb::kwargs& kw) {
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return name == k; }) == std::end(known))
       throw pyb::type_error("unexpected keyword argument '" + name + "'");
   }
-  cli::remote_options o;
+  tz::remote_options o;
   if (auto f = opt_str(kw, "ca_file")) o.http.ca_file = *f;
   o.http.verify_peer = !opt_bool(kw, "insecure");
   if (kw.contains("connections") && !pyb::object(kw["connections"]).is_none()) {

@@ -85,7 +85,7 @@ std::vector<std::uint16_t> module_indices(reader_handle& r) {
   for (std::size_t i = 0; i < index.tensors.size(); ++i) {
     const auto& e = index.tensors[i];
     bytes.resize(e.header_bytes());
-    take(cli::read_blocking(*r.sched, *r.source->source, e.header_offset, bytes));
+    take(tz::read_blocking(*r.sched, *r.source->source, e.header_offset, bytes));
     out[i] = take(format::parse_tensor_header(bytes, index.header, e, r.name)).module_index;
   }
   return out;

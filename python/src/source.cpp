@@ -29,7 +29,7 @@ std::shared_ptr<source_handle> open_source(const std::string& spec, bool direct,
   h->sched = shared_scheduler();
   pyb::gil_scoped_release release;
   if (is_remote_uri(spec)) {
-    h->source = take(cli::open_any(spec, options));
+    h->source = take(tz::open_any(spec, options));
   } else {
     auto f = file_source::open(spec, {direct, false});
     if (!f) raise_error(f.error());
@@ -44,7 +44,7 @@ void read_into(source_handle& h, std::uint64_t offset, const pyb::buffer& dst) {
     throw pyb::value_error("read_into needs a contiguous writable 1-D buffer");
   std::span<std::byte> out(static_cast<std::byte*>(info.ptr), static_cast<std::size_t>(info.size * info.itemsize));
   pyb::gil_scoped_release release;
-  take(cli::read_blocking(*h.sched, *h.source, offset, out));
+  take(tz::read_blocking(*h.sched, *h.source, offset, out));
 }
 
 }  // namespace
@@ -80,7 +80,7 @@ void register_source(pyb::module_& m) {
             std::string out(n, '\0');
             {
               pyb::gil_scoped_release release;
-              take(cli::read_blocking(*h.sched, *h.source, offset,
+              take(tz::read_blocking(*h.sched, *h.source, offset,
                                       std::span<std::byte>(reinterpret_cast<std::byte*>(out.data()), out.size())));
             }
             return pyb::bytes(out);

@@ -18,7 +18,7 @@ namespace {
 struct writer_handle {
   std::shared_ptr<scheduler> sched;
   std::string spec;
-  std::optional<cli::output_target> target;
+  std::optional<tz::output_target> target;
   std::unique_ptr<format::tensorizer_encryptor> encryptor;  // outlives writer (it points here)
   std::optional<format::tensor_writer> writer;
   std::uint64_t tensor_bytes = 0;
@@ -66,7 +66,7 @@ std::shared_ptr<writer_handle> create(const std::string& spec, std::shared_ptr<e
     const auto parent = std::filesystem::path(spec).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   }
-  w->target.emplace(take(cli::output_target::create(spec, options)));
+  w->target.emplace(take(tz::output_target::create(spec, options)));
   w->writer.emplace(take(format::tensor_writer::create(w->target->path(), {.encryptor = w->encryptor.get()})));
   w->version = w->writer->version();
   return w;
@@ -142,7 +142,7 @@ void register_writer(pyb::module_& m) {
         auto options = remote_options_from(kw);
         auto sched = shared_scheduler();
         pyb::gil_scoped_release release;
-        auto target = take(cli::output_target::create(uri, options));
+        auto target = take(tz::output_target::create(uri, options));
         std::error_code ec;
         std::filesystem::copy_file(local_path, target.path(), std::filesystem::copy_options::overwrite_existing, ec);
         if (ec) raise_error(error{errc::io, "upload " + local_path + " to " + uri + ": " + ec.message()});

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "tz/byte_source.hpp"
+#include "tz/unique_fd.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -36,18 +37,18 @@ class file_source final : public byte_source {
 
   std::uint64_t size_bytes() const noexcept { return size_bytes_; }
   const std::string& path() const noexcept { return path_; }
-  bool direct() const noexcept { return direct_fd_ >= 0; }
+  bool direct() const noexcept { return static_cast<bool>(direct_fd_); }
   // Drops the file's pages from the page cache (posix_fadvise DONTNEED), for cold benchmarks.
   result<void> drop_cache() const;
 
  private:
-  file_source(std::string path, int fd, int direct_fd, std::uint64_t size_bytes, file_options options);
+  file_source(std::string path, unique_fd fd, unique_fd direct_fd, std::uint64_t size_bytes, file_options options);
   task<result<void>> read_with(int fd, std::uint64_t offset_bytes, scatter_list dst);
 
   std::string path_;
   std::string name_;
-  int fd_ = -1;
-  int direct_fd_ = -1;
+  unique_fd fd_;
+  unique_fd direct_fd_;  // empty when O_DIRECT is off or refused
   std::uint64_t size_bytes_ = 0;
   file_options options_;
 };

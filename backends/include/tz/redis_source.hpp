@@ -4,6 +4,7 @@
 
 #include "tz/byte_source.hpp"
 #include "tz/error.hpp"
+#include "tz/format/redis_layout.hpp"
 #include "tz/http_source.hpp"
 
 #include <chrono>
@@ -29,12 +30,8 @@ struct redis_options {
 // errc::network (after the retry budget), errc::invalid_argument (bad URL, read past the end).
 result<std::unique_ptr<byte_source>> open_redis_source(const redis_options& options, std::string url);
 
-// One key of a virtual file: <prefix>:<name>:<offset_bytes> = bytes.
-struct redis_range {
-  std::string name;
-  std::uint64_t offset_bytes = 0;
-  std::span<const std::byte> bytes;
-};
+// One key of a virtual file; the layout itself is format::redis_layout's.
+using redis_range = format::redis_range;
 
 // Writes ranges as keys under url's prefix (SET, then APPEND in piece_bytes pieces, pipelined), on
 // a worker thread of its own. The format layer decides the ranges (header block, per-tensor header,

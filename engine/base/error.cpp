@@ -1,4 +1,4 @@
-// The project-wide error type (crypto/ is the leaf library every other layer links).
+// The project-wide error type (tz::base, the leaf library every other module links).
 #include "tz/error.hpp"
 
 namespace tz {

@@ -1,5 +1,6 @@
 // The per-io_context io_uring ring: submit, reap on the eventfd, resume the waiting handlers.
 #include "tz/uring_service.hpp"
+#include "tz/unique_fd.hpp"
 
 #include <boost/asio/strand.hpp>
 #include <boost/asio/post.hpp>
@@ -28,19 +29,18 @@ uring_service::uring_service(boost::asio::io_context& ctx)
       event_(ctx) {
   int rc = io_uring_queue_init(queue_depth, ring_.get(), 0);
   if (rc < 0) throw_errno(-rc, "io_uring_queue_init");
-  int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (efd < 0) {
+  unique_fd efd(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!efd) {
     int err = errno;
     io_uring_queue_exit(ring_.get());
     throw_errno(err, "eventfd");
   }
-  rc = io_uring_register_eventfd(ring_.get(), efd);
+  rc = io_uring_register_eventfd(ring_.get(), efd.get());
   if (rc < 0) {
-    ::close(efd);
     io_uring_queue_exit(ring_.get());
     throw_errno(-rc, "io_uring_register_eventfd");
   }
-  event_.assign(efd);
+  event_.assign(efd.release());  // the stream descriptor owns it from here
 }
 
 uring_service::~uring_service() {

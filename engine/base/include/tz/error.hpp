@@ -1,5 +1,5 @@
 // Errors as values: the one error type of the project and the result<T> that carries it.
-// It lives in crypto/, the leaf library that every other layer links.
+// It lives in tz::base (engine/base/), the leaf library that every other module links.
 #pragma once
 
 #include <boost/system/result.hpp>
@@ -76,14 +76,15 @@ T unwrap(result<T>&& r) {
     if (!tz_check_result_) return tz_check_result_.error(); \
   } while (0)
 
-// The same two forms for coroutines (co_return instead of return).
+// The same two forms for coroutines returning task<tz::result<...>> (co_return instead of return).
+// `expr` may itself be a co_await expression: TZ_CO_TRY(size, co_await source.size()).
 #define TZ_CO_TRY(var, expr)                                      \
   auto var##_result_ = (expr);                                    \
   if (!var##_result_) co_return std::move(var##_result_).error(); \
   auto var = std::move(*var##_result_)
 
-#define TZ_CO_CHECK(expr)                                        \
-  do {                                                           \
-    auto tz_check_result_ = (expr);                              \
-    if (!tz_check_result_) co_return tz_check_result_.error();   \
+#define TZ_CO_CHECK(expr)                                      \
+  do {                                                         \
+    auto tz_check_result_ = (expr);                            \
+    if (!tz_check_result_) co_return tz_check_result_.error(); \
   } while (0)

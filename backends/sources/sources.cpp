@@ -1,13 +1,13 @@
-// FILE-or-URI handling for the CLI: byte sources, a windowed synchronous reader, downloads and uploads.
-#include "open_source.hpp"
+// FILE-or-URI handling for the CLI and the Python module: byte sources, a windowed synchronous reader,
+// downloads and uploads.
+#include "tz/sources.hpp"
 
 #include "tz/file_source.hpp"
+#include "tz/format/redis_layout.hpp"
+#include "tz/posix_io.hpp"
 #include "tz/uri.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,31 +15,13 @@
 #include <cstring>
 #include <filesystem>
 
-namespace tz::cli {
-
-const char* const remote_help =
-    "  FILE / IN / OUT may be a local path or a URI: http(s)://host[:port]/path (read only),\n"
-    "  s3://bucket/key, redis://host[:port]/prefix (tensorizer's key layout).\n"
-    "  --ca-file F          trust this CA bundle for https (default: the system store, SSL_CERT_FILE)\n"
-    "  --insecure           do not verify TLS certificates (explicit opt-out)\n"
-    "  --connections N      parallel connections per remote source (default 4)\n"
-    "  --s3-config F        s3cmd config with access_key, secret_key, host_base (default ~/.s3cfg)\n"
-    "  --s3-endpoint URL    S3 endpoint (else s3cfg host_base, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL)\n"
-    "  --s3-region R        SigV4 region (else AWS_REGION, AWS_DEFAULT_REGION, us-east-1)\n"
-    "  --s3-virtual-host    virtual-host style addressing (https://bucket.host/key)\n"
-    "  S3 credentials: s3cfg, AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,\n"
-    "  ~/.aws/credentials (AWS_PROFILE); none: unsigned requests (public buckets).\n";
+namespace tz {
 
 namespace {
 
 constexpr std::uint64_t window_max_bytes = 4ull << 20;     // read-ahead window of the sequential reader
 constexpr std::uint64_t window_index_bytes = 256ull << 10;  // first reads, before the index is known
 constexpr std::uint64_t download_chunk_bytes = 64ull << 20;
-
-std::vector<std::string> joined(std::vector<std::string> own, const std::vector<std::string>& more) {
-  own.insert(own.end(), more.begin(), more.end());
-  return own;
-}
 
 // Creates a private temporary directory ($TMPDIR or /tmp) for a download or an upload.
 result<std::string> make_temp_dir() {
@@ -111,85 +93,21 @@ struct window_reader {
 };
 
 
-// A local file read with pread; the descriptor closes when the last copy of the read function goes.
-// (Ours rather than format::file_reader::open(path), whose descriptor is closed by a temporary at
-// d5e0fa3: every read then fails with EBADF.)
-result<format::file_reader> open_local_reader(const std::string& path) {
-  struct owned_fd {
-    int fd;
-    explicit owned_fd(int f) : fd(f) {}
-    owned_fd(const owned_fd&) = delete;
-    owned_fd& operator=(const owned_fd&) = delete;
-    ~owned_fd() { ::close(fd); }
-  };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return make_error(errno == ENOENT ? errc::not_found : errc::io, "file " + path + ": cannot open: " + std::strerror(errno));
-  auto owner = std::make_shared<owned_fd>(fd);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return make_error(errc::io, "file " + path + ": cannot stat: " + std::strerror(errno));
-  auto read = [owner, path](std::uint64_t offset, std::span<std::byte> dst) -> result<void> {
-    for (std::size_t done = 0; done < dst.size();) {
-      const auto n = ::pread(owner->fd, dst.data() + done, dst.size() - done, static_cast<off_t>(offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return make_error(errc::io, "file " + path + ": read failed at offset " + std::to_string(offset + done) + ": " + std::strerror(errno));
-      if (n == 0) return make_error(errc::format, "file " + path + ": unexpected end of file at offset " + std::to_string(offset + done));
-      done += static_cast<std::size_t>(n);
-    }
-    return {};
-  };
-  return format::file_reader::open(std::move(read), static_cast<std::uint64_t>(st.st_size), "file " + path);
-}
-
 // Downloads all of `source` into `path`, chunk by chunk (each chunk split over the connections).
 result<void> download(scheduler& sched, byte_source& source, const std::string& path) {
   TZ_TRY(size_bytes, size_blocking(sched, source));
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return make_error(errc::io, "file " + path + ": cannot create: " + std::strerror(errno));
+  unique_fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd) return os_error(errno, "file " + path + ": cannot create");
   std::vector<std::byte> chunk(std::min(size_bytes, download_chunk_bytes));
-  result<void> r;
-  for (std::uint64_t offset = 0; offset < size_bytes && r; offset += chunk.size()) {
+  for (std::uint64_t offset = 0; offset < size_bytes; offset += chunk.size()) {
     auto part = std::span(chunk).first(std::min<std::uint64_t>(chunk.size(), size_bytes - offset));
-    r = read_blocking(sched, source, offset, part);
-    for (std::size_t done = 0; r && done < part.size();) {
-      const auto w = ::write(fd, part.data() + done, part.size() - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) r = make_error(errc::io, "file " + path + ": write failed: " + std::strerror(errno));
-      else done += static_cast<std::size_t>(w);
-    }
+    TZ_CHECK(read_blocking(sched, source, offset, part));
+    TZ_CHECK(pwrite_full(fd.get(), part, offset, "file " + path));
   }
-  ::close(fd);
-  return r;
+  return {};
 }
 
 }  // namespace
-
-std::vector<std::string> with_remote_valued(std::vector<std::string> own) { return joined(std::move(own), remote_valued_options); }
-std::vector<std::string> with_remote_flags(std::vector<std::string> own) { return joined(std::move(own), remote_flag_options); }
-
-result<remote_options> remote_options_from(const args& a) {
-  remote_options o;
-  if (auto f = a.get("--ca-file")) o.http.ca_file = *f;
-  o.http.verify_peer = !a.has("--insecure");
-  if (auto n = a.get("--connections")) {
-    TZ_TRY(count, to_uint("--connections", *n));
-    if (count == 0 || count > 256)
-      return make_error(errc::invalid_argument, "option --connections expects 1..256, got " + *n);
-    o.http.connections = static_cast<std::size_t>(count);
-    o.redis.connections = static_cast<std::size_t>(count);
-    o.s3.upload_concurrency = static_cast<std::size_t>(count);
-  }
-  o.s3.http = o.http;
-  if (auto f = a.get("--s3-config")) o.s3.s3_config_path = *f;
-  if (auto e = a.get("--s3-endpoint")) {
-    o.s3.endpoint = *e;
-    // Typed on the command line, an http:// endpoint is the user's explicit choice.
-    o.s3.force_http = e->rfind("http://", 0) == 0;
-  }
-  if (auto r = a.get("--s3-region")) o.s3.region = *r;
-  o.s3.virtual_host_style = a.has("--s3-virtual-host");
-  return o;
-}
 
 result<std::shared_ptr<byte_source>> open_any(const std::string& file_or_uri, const remote_options& options) {
   if (!is_remote_uri(file_or_uri)) {
@@ -215,7 +133,7 @@ result<void> read_blocking(scheduler& sched, byte_source& source, std::uint64_t 
 }
 
 result<format::file_reader> open_reader(scheduler& sched, const std::string& file_or_uri, const remote_options& options) {
-  if (!is_remote_uri(file_or_uri)) return open_local_reader(file_or_uri);
+  if (!is_remote_uri(file_or_uri)) return format::file_reader::open(file_or_uri);
   TZ_TRY(source, open_any(file_or_uri, options));
   TZ_TRY(size_bytes, size_blocking(sched, *source));
   auto state = std::make_shared<window_reader>(window_reader{&sched, source, size_bytes, {}, {}, 0});
@@ -283,13 +201,14 @@ result<void> output_target::publish(scheduler& sched) {
       auto file = file_source::open(path_);
       r = file ? tz::run(sched, s3_upload(options_.s3, out_, **file)) : result<void>(file.error());
     } else {
-      auto reader = open_local_reader(path_);
-      mapped_file m;
+      auto reader = format::file_reader::open(path_);
       if (!reader) {
         r = make_error(errc::unsupported, out_ + ": redis:// takes .tensors files only (format/FORMAT.md §13): " +
                                               reader.error().message);
-      } else if (r = map_file(path_, m); r) {
-        const auto ranges = redis_layout(reader->index(), m.bytes());
+      } else if (auto m = mapped_file::open(path_); !m) {
+        r = m.error();
+      } else {
+        const auto ranges = format::redis_layout(reader->index(), m->bytes());
         r = tz::run(sched, write_virtual_file(options_.redis, out_, ranges));
       }
     }
@@ -300,37 +219,4 @@ result<void> output_target::publish(scheduler& sched) {
   return r;
 }
 
-std::vector<redis_range> redis_layout(const format::file_index& index, std::span<const std::byte> file) {
-  // Without tensors the virtual file is everything but the 8-byte end marker.
-  const std::uint64_t header_end = index.tensors.empty() ? (file.size() >= 8 ? file.size() - 8 : file.size())
-                                                         : index.tensors.front().header_offset;
-  std::vector<redis_range> ranges{{"header", 0, file.first(header_end)}};
-  for (const auto& e : index.tensors) {
-    ranges.push_back({e.name, e.header_offset, file.subspan(e.header_offset, e.header_bytes())});
-    ranges.push_back({e.name, e.data_offset, file.subspan(e.data_offset, e.data_length)});
-  }
-  return ranges;
-}
-
-mapped_file::~mapped_file() {
-  if (base != MAP_FAILED) ::munmap(base, size_bytes);
-}
-
-std::span<const std::byte> mapped_file::bytes() const {
-  return {static_cast<const std::byte*>(base == MAP_FAILED ? nullptr : base), size_bytes};
-}
-
-result<void> map_file(const std::string& path, mapped_file& m) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return make_error(errc::io, "file " + path + ": cannot open: " + std::strerror(errno));
-  struct stat st {};
-  ::fstat(fd, &st);
-  m.size_bytes = static_cast<std::size_t>(st.st_size);
-  if (m.size_bytes) m.base = ::mmap(nullptr, m.size_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (m.size_bytes && m.base == MAP_FAILED)
-    return make_error(errc::io, "file " + path + ": cannot map: " + std::strerror(errno));
-  return {};
-}
-
-}  // namespace tz::cli
+}  // namespace tz

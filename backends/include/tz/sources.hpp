@@ -1,8 +1,8 @@
-// The CLI's FILE-or-URI arguments: opening a local path or an http(s)://, s3:// or redis:// URI as a
-// byte source or a sequential reader, and writing an output that is a local path, S3 object or Redis prefix.
+// Sources as a library (tz::sources, used by the CLI and the Python module): opening a local path or
+// an http(s)://, s3:// or redis:// URI as a byte source or a sequential reader, and writing an output
+// that is a local path, S3 object or Redis prefix.
 #pragma once
 
-#include "cli.hpp"
 #include "tz/byte_source.hpp"
 #include "tz/format/file_reader.hpp"
 #include "tz/http_source.hpp"
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace tz::cli {
+namespace tz {
 
 // How remote locations are reached; one set of settings for every scheme.
 struct remote_options {
@@ -25,27 +25,10 @@ struct remote_options {
   redis_options redis;  // redis://
 };
 
-// The options every FILE-taking command accepts, for cli::parse (valued, then bare flags).
-inline const std::vector<std::string> remote_valued_options{"--ca-file", "--connections", "--s3-config",
-                                                            "--s3-endpoint", "--s3-region"};
-inline const std::vector<std::string> remote_flag_options{"--insecure", "--s3-virtual-host"};
-// Help text describing them, to append to a command's usage.
-extern const char* const remote_help;
-
-// Builds remote_options from --ca-file F, --insecure, --connections N, --s3-config F,
-// --s3-endpoint URL, --s3-region R, --s3-virtual-host. S3 credentials and anything not given come
-// from the environment and config files as resolve_s3 describes. An explicit http:// endpoint is
-// accepted (the user asked for it). Fails with errc::invalid_argument for a bad --connections.
-result<remote_options> remote_options_from(const args& a);
-
 // Opens a local path (io_uring file source) or a remote URI, chosen by parse_uri's scheme. Nothing
 // is fetched yet for remote sources (size() is the first round trip). Fails with the backend's
 // error (errc::not_found for a missing local file, errc::invalid_argument for a malformed URI).
 result<std::shared_ptr<byte_source>> open_any(const std::string& file_or_uri, const remote_options& options);
-
-// Options for the command-line list of valued options: `own` plus the remote ones.
-std::vector<std::string> with_remote_valued(std::vector<std::string> own);
-std::vector<std::string> with_remote_flags(std::vector<std::string> own);
 
 // A synchronous reader over FILE or URI for the sequential commands. Local files are read with
 // pread as before; remote ones through the source's read() run on `sched`, with small reads
@@ -76,7 +59,7 @@ class local_input {
 
 // Where a command writes OUT. A local OUT is written in place (the writers are atomic: temp file +
 // rename). A remote OUT is written to a temporary local file first; publish() then uploads it
-// (s3://: PutObject or multipart, aborted on failure; redis://: the format/FORMAT.md §13 key layout, .tensors
+// (s3://: PutObject or multipart, aborted on failure; redis://: the FORMAT.md §13 key layout, .tensors
 // only). The temporary file is removed by publish() and by the destructor, whatever happened.
 class output_target {
  public:
@@ -101,21 +84,4 @@ class output_target {
   remote_options options_;
 };
 
-// The Redis keys of a .tensors file (format/FORMAT.md §13): "header" at 0 = bytes [0, first tensor header),
-// then per tensor "<stored name>" at header_offset (its header) and at data_offset (its data); the
-// end marker is not stored. `file` holds the whole file; the ranges point into it.
-std::vector<redis_range> redis_layout(const format::file_index& index, std::span<const std::byte> file);
-
-// A read-only mapping of a whole local file (zero-copy access to tensor bytes).
-struct mapped_file {
-  void* base = reinterpret_cast<void*>(-1);  // MAP_FAILED
-  std::size_t size_bytes = 0;
-  mapped_file() = default;
-  mapped_file(const mapped_file&) = delete;
-  mapped_file& operator=(const mapped_file&) = delete;
-  ~mapped_file();
-  std::span<const std::byte> bytes() const;
-};
-result<void> map_file(const std::string& path, mapped_file& m);
-
-}  // namespace tz::cli
+}  // namespace tz

@@ -1,0 +1,55 @@
+// The CLI's remote-location options and their help text.
+#include "remote_args.hpp"
+
+namespace tz::cli {
+
+const char* const remote_help =
+    "  FILE / IN / OUT may be a local path or a URI: http(s)://host[:port]/path (read only),\n"
+    "  s3://bucket/key, redis://host[:port]/prefix (tensorizer's key layout).\n"
+    "  --ca-file F          trust this CA bundle for https (default: the system store, SSL_CERT_FILE)\n"
+    "  --insecure           do not verify TLS certificates (explicit opt-out)\n"
+    "  --connections N      parallel connections per remote source (default 4)\n"
+    "  --s3-config F        s3cmd config with access_key, secret_key, host_base (default ~/.s3cfg)\n"
+    "  --s3-endpoint URL    S3 endpoint (else s3cfg host_base, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL)\n"
+    "  --s3-region R        SigV4 region (else AWS_REGION, AWS_DEFAULT_REGION, us-east-1)\n"
+    "  --s3-virtual-host    virtual-host style addressing (https://bucket.host/key)\n"
+    "  S3 credentials: s3cfg, AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,\n"
+    "  ~/.aws/credentials (AWS_PROFILE); none: unsigned requests (public buckets).\n";
+
+namespace {
+
+std::vector<std::string> joined(std::vector<std::string> own, const std::vector<std::string>& more) {
+  own.insert(own.end(), more.begin(), more.end());
+  return own;
+}
+
+}  // namespace
+
+std::vector<std::string> with_remote_valued(std::vector<std::string> own) { return joined(std::move(own), remote_valued_options); }
+std::vector<std::string> with_remote_flags(std::vector<std::string> own) { return joined(std::move(own), remote_flag_options); }
+
+result<remote_options> remote_options_from(const args& a) {
+  remote_options o;
+  if (auto f = a.get("--ca-file")) o.http.ca_file = *f;
+  o.http.verify_peer = !a.has("--insecure");
+  if (auto n = a.get("--connections")) {
+    TZ_TRY(count, to_uint("--connections", *n));
+    if (count == 0 || count > 256)
+      return make_error(errc::invalid_argument, "option --connections expects 1..256, got " + *n);
+    o.http.connections = static_cast<std::size_t>(count);
+    o.redis.connections = static_cast<std::size_t>(count);
+    o.s3.upload_concurrency = static_cast<std::size_t>(count);
+  }
+  o.s3.http = o.http;
+  if (auto f = a.get("--s3-config")) o.s3.s3_config_path = *f;
+  if (auto e = a.get("--s3-endpoint")) {
+    o.s3.endpoint = *e;
+    // Typed on the command line, an http:// endpoint is the user's explicit choice.
+    o.s3.force_http = e->rfind("http://", 0) == 0;
+  }
+  if (auto r = a.get("--s3-region")) o.s3.region = *r;
+  o.s3.virtual_host_style = a.has("--s3-virtual-host");
+  return o;
+}
+
+}  // namespace tz::cli

@@ -1,0 +1,29 @@
+// The CLI's remote-location options (--ca-file, --connections, --s3-*): parsed into tz::remote_options.
+#pragma once
+
+#include "cli.hpp"
+#include "tz/sources.hpp"
+
+#include <string>
+#include <vector>
+
+namespace tz::cli {
+
+// The options every FILE-taking command accepts, for cli::parse (valued, then bare flags).
+inline const std::vector<std::string> remote_valued_options{"--ca-file", "--connections", "--s3-config",
+                                                            "--s3-endpoint", "--s3-region"};
+inline const std::vector<std::string> remote_flag_options{"--insecure", "--s3-virtual-host"};
+// Help text describing them, to append to a command's usage.
+extern const char* const remote_help;
+
+// Builds remote_options from --ca-file F, --insecure, --connections N, --s3-config F,
+// --s3-endpoint URL, --s3-region R, --s3-virtual-host. S3 credentials and anything not given come
+// from the environment and config files as resolve_s3 describes. An explicit http:// endpoint is
+// accepted (the user asked for it). Fails with errc::invalid_argument for a bad --connections.
+result<remote_options> remote_options_from(const args& a);
+
+// Options for the command-line list of valued options: `own` plus the remote ones.
+std::vector<std::string> with_remote_valued(std::vector<std::string> own);
+std::vector<std::string> with_remote_flags(std::vector<std::string> own);
+
+}  // namespace tz::cli
