@@ -190,6 +190,7 @@ task<result<loaded_tensors>> host_load::own_memory(const loader& l, scheduler& s
   TZ_CO_CHECK(co_await run_pipeline(sched, p, o.readers));
   out.timings_ = timings(p, prepare_s, seconds_of(nanoseconds_since(t1)), l.open_s_);
   out.data_bytes_ = p.plan.data_bytes;
+  out.headers_ = std::move(p.headers);
   out.entries_ = std::move(p.selected);
   co_return out;
 }
@@ -221,6 +222,26 @@ task<result<load_timings>> host_load::caller_memory(const loader& l, scheduler& 
   const auto t1 = pipeline_clock::now();
   TZ_CO_CHECK(co_await run_pipeline(sched, p, o.readers));
   co_return timings(p, prepare_s, seconds_of(nanoseconds_since(t1)), l.open_s_);
+}
+
+task<result<std::vector<format::tensor_header>>> loader::async_read_headers(scheduler& sched,
+                                                                            std::vector<std::size_t> which,
+                                                                            unsigned readers) const {
+  if (kind_ != file_kind::tensorizer)
+    co_return make_error(errc::unsupported, source_->name() + ": a safetensors file has no per-tensor headers");
+  load_options o;
+  pipeline p;
+  p.index = index_.get();
+  p.source = source_.get();
+  p.options = &o;
+  TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
+  p.selected = std::move(selected);
+  TZ_CO_CHECK(co_await tz::read_headers(sched, p, readers ? readers : 2 * sched.thread_count()));
+  co_return std::move(p.headers);
+}
+
+result<std::vector<format::tensor_header>> loader::read_headers(scheduler& sched, std::vector<std::size_t> which) const {
+  return run(sched, async_read_headers(sched, std::move(which)));
 }
 
 task<result<loaded_tensors>> loader::async_load(scheduler& sched, std::vector<std::size_t> which,

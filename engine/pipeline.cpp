@@ -50,8 +50,8 @@ task<void> run_on_workers(scheduler& sched, pipeline& p, unsigned count, Body bo
   co_await group.wait();
 }
 
-// Reads, parses and keys the header of one tensor that will be split (a small read before the load).
-task<result<void>> read_split_header(pipeline& p, std::uint32_t tensor) {
+// Reads and parses one tensor's header (a small read, checked against the index entry).
+task<result<format::tensor_header>> read_header(pipeline& p, std::uint32_t tensor) {
   const format::tensor_entry& e = *p.selected[tensor];
   const std::string& name = p.source->name();
   if (e.header_bytes() > format::max_tensor_header_bytes) {
@@ -62,18 +62,28 @@ task<result<void>> read_split_header(pipeline& p, std::uint32_t tensor) {
   std::vector<std::byte> bytes(e.header_bytes());
   std::span<std::byte> one[1] = {bytes};
   TZ_CO_CHECK(co_await p.source->read(e.header_offset, one));
-  TZ_CO_TRY(h, format::parse_tensor_header(bytes, p.index->header, e, name));
-  split_state& s = *p.splits[tensor];
-  s.header = std::move(h);
-  if (p.encrypted) {
-    TZ_CO_TRY(key, p.options->decryption->key_for(s.header, name));
-    s.key = std::move(key);
-  }
-  if (p.options->verify) s.sha.emplace();
+  co_return format::parse_tensor_header(bytes, p.index->header, e, name);
+}
+
+// Reads the headers of tensors `todo` on up to `readers` workers; `keep(t, header)` stores one
+// (distinct tensors, so no two workers store into the same place). The first error is returned.
+template <class Keep>
+task<result<void>> read_headers_of(scheduler& sched, pipeline& p, const std::vector<std::uint32_t>& todo,
+                                   unsigned readers, Keep keep) {
+  std::atomic<std::size_t> next{0};
+  auto body = [&todo, &next, &keep](pipeline& q) -> task<void> {
+    for (std::size_t i; !q.failed && (i = next.fetch_add(1)) < todo.size();) {
+      auto h = co_await read_header(q, todo[i]);
+      auto kept = h ? keep(todo[i], std::move(*h)) : result<void>(h.error());
+      if (!kept) q.fail(kept.error());
+    }
+  };
+  if (!todo.empty()) co_await run_on_workers(sched, p, std::clamp<unsigned>(readers, 1, todo.size()), body);
+  if (p.first_error) co_return *p.first_error;
   co_return result<void>{};
 }
 
-// The header pass: headers of the tensors that will be split, read in parallel. Returns each
+// The header pass: headers of the tensors that will be split, read in parallel, keyed. Returns each
 // selected tensor's split alignment (cipher chunk of encrypted split tensors, else whole pages).
 task<result<std::vector<std::uint64_t>>> read_split_headers(scheduler& sched, pipeline& p, const plan_options& popts,
                                                             unsigned readers) {
@@ -85,15 +95,17 @@ task<result<std::vector<std::uint64_t>>> read_split_headers(scheduler& sched, pi
     p.splits[t] = std::make_unique<split_state>();
     if (p.with_headers) todo.push_back(t);
   }
-  std::atomic<std::size_t> next{0};
-  auto body = [&todo, &next](pipeline& q) -> task<void> {
-    for (std::size_t i; !q.failed && (i = next.fetch_add(1)) < todo.size();) {
-      auto ok = co_await read_split_header(q, todo[i]);
-      if (!ok) q.fail(ok.error());
+  TZ_CO_CHECK(co_await read_headers_of(sched, p, todo, readers, [&p](std::uint32_t t, format::tensor_header h) -> result<void> {
+    split_state& s = *p.splits[t];
+    if (p.encrypted) {
+      TZ_TRY(key, p.options->decryption->key_for(h, p.source->name()));
+      s.key = std::move(key);
     }
-  };
-  if (!todo.empty()) co_await run_on_workers(sched, p, std::clamp<unsigned>(readers, 1, todo.size()), body);
-  if (p.first_error) co_return *p.first_error;
+    if (p.options->verify) s.sha.emplace();
+    if (!p.headers.empty()) p.headers[t] = h;
+    s.header = std::move(h);
+    return {};
+  }));
   for (std::uint32_t t : todo) {
     if (p.encrypted) align[t] = format::cipher_chunk_bytes(p.splits[t]->header);
   }
@@ -165,8 +177,19 @@ std::uint64_t stored_bytes(const pipeline& p) noexcept {
   return n;
 }
 
+task<result<void>> read_headers(scheduler& sched, pipeline& p, unsigned readers) {
+  p.headers.assign(p.selected.size(), {});
+  std::vector<std::uint32_t> todo(p.selected.size());
+  for (std::uint32_t t = 0; t < todo.size(); ++t) todo[t] = t;
+  co_return co_await read_headers_of(sched, p, todo, readers, [&p](std::uint32_t t, format::tensor_header h) -> result<void> {
+    p.headers[t] = std::move(h);
+    return {};
+  });
+}
+
 task<result<void>> prepare_plan(scheduler& sched, pipeline& p, plan_options popts, unsigned readers) {
   popts.with_headers = p.with_headers;
+  if (p.options->keep_headers && p.with_headers) p.headers.assign(p.selected.size(), {});
   TZ_CO_TRY(align, co_await read_split_headers(sched, p, popts, readers));
   TZ_CO_TRY(plan, make_plan(p.selected, align, popts));
   p.plan = std::move(plan);

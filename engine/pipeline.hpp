@@ -87,6 +87,7 @@ struct pipeline {
   std::vector<const format::tensor_entry*> selected;  // file order
   load_plan plan;
   std::vector<std::unique_ptr<split_state>> splits;  // per selected tensor; null unless split
+  std::vector<format::tensor_header> headers;         // per selected tensor, when kept (keep_headers)
 
   std::atomic<std::size_t> next_range{0};
   std::atomic<bool> failed{false};
@@ -105,6 +106,10 @@ struct pipeline {
 // `readers` workers, then plans. Sets p.splits and p.plan; the plan's range sizes come from
 // `popts` (with_headers from p). Verified loads interleave split tensors `readers` wide.
 task<result<void>> prepare_plan(scheduler& sched, pipeline& p, plan_options popts, unsigned readers);
+
+// Reads and parses the header of every selected tensor (p.selected, .tensors only) into
+// p.headers, in parallel on up to `readers` workers: the header pass alone, with no data read.
+task<result<void>> read_headers(scheduler& sched, pipeline& p, unsigned readers);
 
 // The selected tensors' stored bytes, headers included (with_headers): what a load reads at least.
 std::uint64_t stored_bytes(const pipeline& p) noexcept;

@@ -44,6 +44,7 @@ result<void> check_whole_tensors(pipeline& p, const load_range& r, const landing
     if (k + 1 < r.pieces.size() && r.pieces[k + 1].what == plan_piece::kind::data && r.pieces[k + 1].tensor == piece.tensor)
       data = where.pieces[k + 1];
     TZ_CHECK(check_whole(p, h, data));
+    if (!p.headers.empty()) p.headers[piece.tensor] = std::move(h);
   }
   return {};
 }

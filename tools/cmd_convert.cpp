@@ -43,14 +43,14 @@ boost::json::object describe(const format::tensor_entry& e, std::uint16_t module
   return o;
 }
 
-result<void> tensors_to_safetensors(const format::file_reader& reader, const std::string& out, const cli::args& a) {
+result<void> tensors_to_safetensors(scheduler& sched, const loader& reader, const std::string& out, const cli::args& a) {
   TZ_TRY(decryption, cli::decryption_from(a));
   std::vector<std::vector<std::byte>> owned;  // plaintext copies (decrypted data, meta zeros)
   std::vector<format::st_write_tensor> tensors;
   boost::json::array info;
   const auto& index = reader.index();
   owned.reserve(index.tensors.size());
-  TZ_CHECK(cli::walk_tensors(reader, {.verify = true, .decryption = decryption ? &*decryption : nullptr},
+  TZ_CHECK(cli::walk_tensors(sched, reader, {.verify = true, .decryption = decryption},
                              [&](std::size_t, const format::tensor_entry& e, const format::tensor_header& h,
                                  std::span<const std::byte> data) -> result<void> {
                                // dtypes safetensors lacks (complex, ...) travel as raw U8 bytes; the
@@ -129,8 +129,8 @@ result<void> convert(const std::string& in, const std::string& out, bool to_safe
   tz::scheduler sched;
   TZ_TRY(target, tz::output_target::create(out, remote));
   if (to_safetensors) {
-    TZ_TRY(reader, tz::open_reader(sched, in, remote));
-    TZ_CHECK(tensors_to_safetensors(reader, target.path(), a));
+    TZ_TRY(reader, cli::open_loader(sched, in, remote));
+    TZ_CHECK(tensors_to_safetensors(sched, reader, target.path(), a));
   } else {
     TZ_TRY(local, tz::local_input::fetch(sched, in, remote));
     TZ_CHECK(safetensors_to_tensors(local.path(), target.path()));

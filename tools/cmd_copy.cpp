@@ -108,7 +108,7 @@ int cmd_copy(int argc, char** argv) {
   auto remote = cli::remote_options_from(*a);
   if (!remote) return cli::fail("copy", remote.error());
   tz::scheduler sched;
-  auto reader = tz::open_reader(sched, a->positional[0], *remote);
+  auto reader = cli::open_loader(sched, a->positional[0], *remote);
   if (!reader) return cli::fail("copy", reader.error());
   auto decryption = cli::decryption_from(*a);
   if (!decryption) return cli::fail("copy", decryption.error());
@@ -118,7 +118,7 @@ int cmd_copy(int argc, char** argv) {
   if (!target) return cli::fail("copy", target.error());
   auto writer = format::tensor_writer::create(target->path(), {.encryptor = encryptor->get()});
   if (!writer) return cli::fail("copy", writer.error());
-  auto r = cli::walk_tensors(*reader, {.verify = true, .decryption = decryption->has_value() ? &**decryption : nullptr},
+  auto r = cli::walk_tensors(sched, *reader, {.verify = true, .decryption = *decryption},
                              [&](std::size_t, const format::tensor_entry& e, const format::tensor_header& h,
                                  std::span<const std::byte> data) { return writer->write(as_write(e, h, data)); });
   if (!r) return cli::fail("copy", r.error());

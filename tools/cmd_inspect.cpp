@@ -3,6 +3,7 @@
 #include "remote_args.hpp"
 #include "tensor_walk.hpp"
 #include "tz/hash.hpp"
+#include "tz/loader.hpp"
 
 #include <cstdio>
 #include <string>
@@ -46,10 +47,13 @@ sha256_digest plaintext_sha(const format::tensor_entry& e, std::span<const std::
 // A command's usage text followed by the FILE-or-URI options every command shares.
 std::string help_of(const char* own) { return std::string(own) + cli::remote_help; }
 
-// Parses the shared remote options and opens FILE (a path or URI) for a sequential walk.
-result<format::file_reader> open_file(scheduler& sched, const cli::args& a) {
+// Parses the shared remote options and opens FILE (a path or URI) as a loader.
+result<loader> open_file(scheduler& sched, const cli::args& a) {
   TZ_TRY(remote, cli::remote_options_from(a));
-  return tz::open_reader(sched, a.positional[0], remote);
+  TZ_TRY(l, cli::open_loader(sched, a.positional[0], remote));
+  if (l.kind() != file_kind::tensorizer)
+    return make_error(errc::unsupported, l.source().name() + ": expected a .tensors file (this is safetensors)");
+  return l;
 }
 
 }  // namespace
@@ -70,10 +74,12 @@ int cmd_inspect(int argc, char** argv) {
   else std::printf("version %u, flags %llu, %zu tensors, %llu data bytes\n", index.header.version,
                    static_cast<unsigned long long>(index.header.flags), index.tensors.size(),
                    static_cast<unsigned long long>(index.header.tensor_size));
+  // The module index lives only in the tensor headers: read them all (in parallel), no data.
+  auto headers = reader->read_headers(sched);
+  if (!headers) return cli::fail("inspect", headers.error());
   for (std::size_t i = 0; i < index.tensors.size(); ++i) {
     const auto& e = index.tensors[i];
-    auto h = reader->read_header(i);  // the module index lives only in the tensor header
-    if (!h) return cli::fail("inspect", h.error());
+    const auto* h = &(*headers)[i];
     const auto dtype = format::dtype_display(e.dtype);
     if (json) {
       std::printf("%s{\"name\":%s,\"dtype\":\"%s\",\"shape\":%s,\"type\":\"%s\",\"module_index\":%u,"
@@ -106,7 +112,7 @@ int cmd_hash(int argc, char** argv) {
   std::string out = json ? "{\"tensors\":[" : "";
   auto decryption = cli::decryption_from(*a);
   if (!decryption) return cli::fail("hash", decryption.error());
-  auto r = cli::walk_tensors(*reader, {.verify = !a->has("--no-verify"), .decryption = decryption->has_value() ? &**decryption : nullptr},
+  auto r = cli::walk_tensors(sched, *reader, {.verify = !a->has("--no-verify"), .decryption = *decryption},
                              [&](std::size_t i, const format::tensor_entry& e, const format::tensor_header&,
                                  std::span<const std::byte> data) -> result<void> {
                                const auto hex = to_hex(plaintext_sha(e, data));
@@ -133,7 +139,7 @@ int cmd_verify(int argc, char** argv) {
   auto decryption = cli::decryption_from(*a);
   if (!decryption) return cli::fail("verify", decryption.error());
   std::uint64_t bytes = 0, hashes = 0;
-  auto r = cli::walk_tensors(*reader, {.verify = true, .decryption = decryption->has_value() ? &**decryption : nullptr},
+  auto r = cli::walk_tensors(sched, *reader, {.verify = true, .decryption = *decryption},
                              [&](std::size_t, const format::tensor_entry&, const format::tensor_header& h,
                                  std::span<const std::byte> data) -> result<void> {
                                bytes += data.size();

@@ -3,6 +3,7 @@
 #include "tz/sources.hpp"
 
 #include "tz/file_source.hpp"
+#include "tz/format/file_reader.hpp"
 #include "tz/format/redis_layout.hpp"
 #include "tz/posix_io.hpp"
 #include "tz/uri.hpp"
@@ -19,8 +20,6 @@ namespace tz {
 
 namespace {
 
-constexpr std::uint64_t window_max_bytes = 4ull << 20;     // read-ahead window of the sequential reader
-constexpr std::uint64_t window_index_bytes = 256ull << 10;  // first reads, before the index is known
 constexpr std::uint64_t download_chunk_bytes = 64ull << 20;
 
 // Creates a private temporary directory ($TMPDIR or /tmp) for a download or an upload.
@@ -52,46 +51,6 @@ result<std::uint64_t> size_blocking(scheduler& sched, byte_source& source) {
     return make_error(errc::io, source.name() + ": " + e.what());
   }
 }
-
-// Read state of a remote sequential reader: one window of bytes fetched ahead, ending at a tensor
-// boundary once the index is known, so a small header read also brings its (small) tensor.
-struct window_reader {
-  scheduler* sched;
-  std::shared_ptr<byte_source> source;
-  std::uint64_t size_bytes = 0;
-  std::vector<std::uint64_t> boundaries;  // sorted tensor header/data/end offsets
-  std::vector<std::byte> window;
-  std::uint64_t window_offset = 0;
-
-  // Where a window fetch for [offset, offset + n) ends: the farthest boundary within reach.
-  std::uint64_t fetch_end(std::uint64_t offset, std::uint64_t n) const {
-    const std::uint64_t need = offset + n;
-    const std::uint64_t limit = std::min(size_bytes, offset + window_max_bytes);
-    if (boundaries.empty()) return std::max(need, std::min(limit, offset + window_index_bytes));
-    auto it = std::upper_bound(boundaries.begin(), boundaries.end(), limit);
-    if (it != boundaries.begin() && *std::prev(it) >= need) return *std::prev(it);
-    return need;
-  }
-
-  result<void> read(std::uint64_t offset, std::span<std::byte> dst) {
-    const std::uint64_t n = dst.size();
-    if (n == 0) return {};
-    if (offset >= window_offset && offset - window_offset + n <= window.size()) {
-      std::memcpy(dst.data(), window.data() + (offset - window_offset), n);
-      return {};
-    }
-    if (n >= window_max_bytes / 2 || offset + n > size_bytes) return read_blocking(*sched, *source, offset, dst);
-    window.resize(fetch_end(offset, n) - offset);
-    window_offset = offset;
-    if (auto r = read_blocking(*sched, *source, offset, window); !r) {
-      window.clear();
-      return r;
-    }
-    std::memcpy(dst.data(), window.data(), n);
-    return {};
-  }
-};
-
 
 // Downloads all of `source` into `path`, chunk by chunk (each chunk split over the connections).
 result<void> download(scheduler& sched, byte_source& source, const std::string& path) {
@@ -130,19 +89,6 @@ result<void> read_blocking(scheduler& sched, byte_source& source, std::uint64_t 
   } catch (const std::exception& e) {
     return make_error(errc::io, source.name() + " at offset " + std::to_string(offset_bytes) + ": " + e.what());
   }
-}
-
-result<format::file_reader> open_reader(scheduler& sched, const std::string& file_or_uri, const remote_options& options) {
-  if (!is_remote_uri(file_or_uri)) return format::file_reader::open(file_or_uri);
-  TZ_TRY(source, open_any(file_or_uri, options));
-  TZ_TRY(size_bytes, size_blocking(sched, *source));
-  auto state = std::make_shared<window_reader>(window_reader{&sched, source, size_bytes, {}, {}, 0});
-  TZ_TRY(reader, format::file_reader::open(
-                     [state](std::uint64_t offset, std::span<std::byte> dst) { return state->read(offset, dst); },
-                     size_bytes, source->name()));
-  for (const auto& e : reader.index().tensors) state->boundaries.insert(state->boundaries.end(), {e.header_offset, e.data_offset, e.end_offset()});
-  std::sort(state->boundaries.begin(), state->boundaries.end());
-  return reader;
 }
 
 result<local_input> local_input::fetch(scheduler& sched, const std::string& file_or_uri, const remote_options& options) {

@@ -1,10 +1,9 @@
 // Sources as a library (tz::sources, used by the CLI and the Python module): opening a local path or
-// an http(s)://, s3:// or redis:// URI as a byte source or a sequential reader, and writing an output
+// an http(s)://, s3:// or redis:// URI as a byte source, and writing an output
 // that is a local path, S3 object or Redis prefix.
 #pragma once
 
 #include "tz/byte_source.hpp"
-#include "tz/format/file_reader.hpp"
 #include "tz/http_source.hpp"
 #include "tz/redis_source.hpp"
 #include "tz/s3.hpp"
@@ -29,13 +28,6 @@ struct remote_options {
 // is fetched yet for remote sources (size() is the first round trip). Fails with the backend's
 // error (errc::not_found for a missing local file, errc::invalid_argument for a malformed URI).
 result<std::shared_ptr<byte_source>> open_any(const std::string& file_or_uri, const remote_options& options);
-
-// A synchronous reader over FILE or URI for the sequential commands. Local files are read with
-// pread as before; remote ones through the source's read() run on `sched`, with small reads
-// (tensor headers, small tensors) served from a read-ahead window that stops at tensor boundaries,
-// so a walk costs about one request per large tensor. `sched` must outlive the reader.
-result<format::file_reader> open_reader(scheduler& sched, const std::string& file_or_uri,
-                                        const remote_options& options);
 
 // Runs a byte source's read on `sched` and blocks until it completes (never call from a worker).
 result<void> read_blocking(scheduler& sched, byte_source& source, std::uint64_t offset_bytes,

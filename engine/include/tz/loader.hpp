@@ -67,6 +67,9 @@ struct load_options {
   // host_buffer: far fewer faults; the pages then fault inside the copy, which is faster).
   bool prefault = true;
   bool huge_pages = true;
+  // Host loads: keep each tensor's parsed header (module index, stored hashes, crypt info) in the
+  // result (loaded_tensors::header), for callers that rewrite or describe the file.
+  bool keep_headers = false;
   // Called after each completed range from a worker thread, never concurrently with itself.
   std::function<void(const load_progress&)> on_progress;
 };
@@ -81,6 +84,11 @@ class loaded_tensors {
   std::span<const std::byte> data(std::size_t i) const noexcept { return views_[i]; }
   // The loaded tensor with this display name, if it was loaded.
   std::optional<std::size_t> find(std::string_view name) const noexcept;
+  // The tensor's parsed header, when the load kept them (load_options::keep_headers, .tensors);
+  // null otherwise.
+  const format::tensor_header* header(std::size_t i) const noexcept {
+    return i < headers_.size() ? &headers_[i] : nullptr;
+  }
   const load_timings& timings() const noexcept { return timings_; }
   // Bytes delivered: the tensors' deserialized sizes (meta tensors' zeros included).
   std::uint64_t bytes() const noexcept { return bytes_; }
@@ -91,6 +99,7 @@ class loaded_tensors {
   friend struct host_load;
   std::vector<const format::tensor_entry*> entries_;
   std::vector<std::span<const std::byte>> views_;
+  std::vector<format::tensor_header> headers_;
   host_buffer memory_;
   load_timings timings_;
   std::uint64_t bytes_ = 0;
@@ -139,6 +148,13 @@ class loader {
   result<loaded_tensors> load(scheduler& sched, std::vector<std::size_t> which = {}, load_options options = {});
   result<load_timings> load_into(scheduler& sched, std::vector<tensor_destination> dst, load_options options = {});
   loaded_tensors load_or_throw(scheduler& sched, std::vector<std::size_t> which = {}, load_options options = {});
+
+  // Reads and parses the headers of tensors `which` (empty: all) in parallel, without their data:
+  // the module index and stored hashes live only there. .tensors only (errc::unsupported for
+  // safetensors). Same failures as a load's header checks.
+  task<result<std::vector<format::tensor_header>>> async_read_headers(scheduler& sched, std::vector<std::size_t> which,
+                                                                      unsigned readers = 0) const;
+  result<std::vector<format::tensor_header>> read_headers(scheduler& sched, std::vector<std::size_t> which = {}) const;
 
   // Lazy access: reads only tensor `index` (its header and data in one read) into its own memory.
   task<result<loaded_tensors>> async_load_tensor(scheduler& sched, std::size_t index, load_options options = {});
