@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -27,6 +28,14 @@ const char* const remote_help =
     "  --s3-endpoint URL    S3 endpoint (else s3cfg host_base, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL)\n"
     "  --s3-region R        SigV4 region (else AWS_REGION, AWS_DEFAULT_REGION, us-east-1)\n"
     "  --s3-virtual-host    virtual-host style addressing (https://bucket.host/key)\n"
+    "  Time limits, in seconds (fractions allowed), for http(s)://, s3:// and redis://:\n"
+    "  --connect-timeout S     TCP connect (and TLS handshake) of one attempt (default 5)\n"
+    "  --first-byte-timeout S  request sent -> first byte of the answer (default 10)\n"
+    "  --stall-timeout S       no byte moved for S mid-transfer (default 10); slow but moving is never cut\n"
+    "  --give-up-after S       stop retrying S after the request began or last moved data\n"
+    "                          (default 20; 0 = until the 6 attempts are spent)\n"
+    "  --deadline S            hard limit per request, retries included, cuts even moving\n"
+    "                          transfers (default 0 = none)\n"
     "  S3 credentials: s3cfg, AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,\n"
     "  ~/.aws/credentials (AWS_PROFILE); none: unsigned requests (public buckets).\n";
 
@@ -167,8 +176,56 @@ result<void> download(scheduler& sched, byte_source& source, const std::string& 
 std::vector<std::string> with_remote_valued(std::vector<std::string> own) { return joined(std::move(own), remote_valued_options); }
 std::vector<std::string> with_remote_flags(std::vector<std::string> own) { return joined(std::move(own), remote_flag_options); }
 
+result<void> set_time_limit(remote_options& o, std::string_view name, double seconds) {
+  struct limit {
+    std::string_view name;
+    std::chrono::milliseconds* http;
+    std::chrono::milliseconds* redis;
+    bool zero_allowed;  // 0 = no limit, for the request-wide ones
+  };
+  const limit limits[] = {{"connect_timeout", &o.http.connect_timeout, &o.redis.connect_timeout, false},
+                          {"first_byte_timeout", &o.http.first_byte_timeout, &o.redis.first_byte_timeout, false},
+                          {"stall_timeout", &o.http.stall_timeout, &o.redis.stall_timeout, false},
+                          {"give_up_after", &o.http.retry.give_up_after, &o.redis.retry.give_up_after, true},
+                          {"deadline", &o.http.retry.deadline, &o.redis.retry.deadline, true}};
+  for (const auto& l : limits) {
+    if (l.name != name) continue;
+    if (!(seconds >= 0 && seconds <= 86'400) || (!l.zero_allowed && seconds == 0))
+      return make_error(errc::invalid_argument, std::string(name) + " expects seconds, " +
+                                                    (l.zero_allowed ? "0 (none) to 86400" : "more than 0, at most 86400") +
+                                                    ", got " + std::to_string(seconds));
+    // A nonzero time never rounds down to 0, which would mean "no limit".
+    const auto ms = static_cast<long long>(seconds * 1000 + 0.5);
+    *l.http = *l.redis = std::chrono::milliseconds(seconds > 0 ? std::max(ms, 1LL) : 0);
+    return {};
+  }
+  return make_error(errc::invalid_argument, "unknown time limit '" + std::string(name) + "'");
+}
+
+namespace {
+
+// Applies --connect-timeout S and the other time-limit options.
+result<void> time_limits_from(const args& a, remote_options& o) {
+  for (const char* name : time_limit_names) {
+    std::string option = "--" + std::string(name);
+    std::replace(option.begin(), option.end(), '_', '-');
+    auto text = a.get(option);
+    if (!text) continue;
+    char* end = nullptr;
+    const double seconds = std::strtod(text->c_str(), &end);
+    if (text->empty() || end != text->c_str() + text->size())
+      return make_error(errc::invalid_argument, "option " + option + " expects seconds, got '" + *text + "'");
+    if (auto r = set_time_limit(o, name, seconds); !r)
+      return make_error(errc::invalid_argument, "option " + option + ": " + r.error().message);
+  }
+  return {};
+}
+
+}  // namespace
+
 result<remote_options> remote_options_from(const args& a) {
   remote_options o;
+  TZ_CHECK(time_limits_from(a, o));
   if (auto f = a.get("--ca-file")) o.http.ca_file = *f;
   o.http.verify_peer = !a.has("--insecure");
   if (auto n = a.get("--connections")) {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tz::cli {
@@ -26,16 +27,26 @@ struct remote_options {
 };
 
 // The options every FILE-taking command accepts, for cli::parse (valued, then bare flags).
-inline const std::vector<std::string> remote_valued_options{"--ca-file", "--connections", "--s3-config",
-                                                            "--s3-endpoint", "--s3-region"};
+inline const std::vector<std::string> remote_valued_options{
+    "--ca-file",         "--connections",          "--s3-config",     "--s3-endpoint", "--s3-region",
+    "--connect-timeout", "--first-byte-timeout", "--stall-timeout", "--give-up-after", "--deadline"};
 inline const std::vector<std::string> remote_flag_options{"--insecure", "--s3-virtual-host"};
+// The time limits, by their Python keyword names; the CLI options are "--" + the name with '-'
+// for '_' (--connect-timeout). In seconds, for http(s)://, s3:// and redis:// alike.
+inline const char* const time_limit_names[] = {"connect_timeout", "first_byte_timeout", "stall_timeout",
+                                               "give_up_after", "deadline"};
+// Sets one of them; errc::invalid_argument for an unknown name or a time out of range (the
+// per-wait timeouts must be positive; give_up_after and deadline take 0 for "no limit").
+result<void> set_time_limit(remote_options& o, std::string_view name, double seconds);
 // Help text describing them, to append to a command's usage.
 extern const char* const remote_help;
 
 // Builds remote_options from --ca-file F, --insecure, --connections N, --s3-config F,
-// --s3-endpoint URL, --s3-region R, --s3-virtual-host. S3 credentials and anything not given come
-// from the environment and config files as resolve_s3 describes. An explicit http:// endpoint is
-// accepted (the user asked for it). Fails with errc::invalid_argument for a bad --connections.
+// --s3-endpoint URL, --s3-region R, --s3-virtual-host, and the time limits --connect-timeout,
+// --first-byte-timeout, --stall-timeout, --give-up-after, --deadline (seconds, for every scheme).
+// S3 credentials and anything not given come from the environment and config files as resolve_s3
+// describes. An explicit http:// endpoint is accepted (the user asked for it). Fails with
+// errc::invalid_argument for a bad --connections or time.
 result<remote_options> remote_options_from(const args& a);
 
 // Opens a local path (io_uring file source) or a remote URI, chosen by parse_uri's scheme. Nothing
