@@ -1,6 +1,6 @@
 // net_test suite "faults": the HTTP source against a loopback fake server that resets mid-body,
 // answers 503 or 429 before succeeding, stalls, never answers, trickles, or always fails; and the
-// time limits of the HTTP and Redis clients (first-byte, stall, give-up window, deadline).
+// time limits of the HTTP and Redis clients (first-byte, stall, give-up limit, deadline).
 #include "net_test_support.hpp"
 
 #include "tz/http_source.hpp"
@@ -21,7 +21,7 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 constexpr std::size_t object_bytes = 4 << 20;
-constexpr auto trickle_gap = std::chrono::milliseconds(200);
+constexpr auto trickle_gap = std::chrono::milliseconds(500);
 
 // A tiny HTTP/1.1 server on 127.0.0.1 (ephemeral port) with one misbehaviour per path.
 class fake_server {
@@ -272,7 +272,7 @@ TEST_CASE("a server that accepts and never answers fails with the first-byte tim
   CHECK_MESSAGE(contains(message, "retry budget spent"), message);
 }
 
-TEST_CASE("the give-up window ends the retries against a silent server long before attempts_max") {
+TEST_CASE("the give-up limit ends the retries against a silent server long before attempts_max") {
   fake_server server;
   auto options = short_limits();
   options.retry.attempts_max = 1000;
@@ -285,7 +285,7 @@ TEST_CASE("the give-up window ends the retries against a silent server long befo
   REQUIRE_FALSE(size.has_value());
   const auto& message = size.error().message;
   CHECK(size.error().code == tz::errc::timeout);
-  CHECK_MESSAGE(contains(message, "give-up window (2.5 s without progress) ran out"), message);
+  CHECK_MESSAGE(contains(message, "give-up limit (2.5 s lost to failed attempts) reached"), message);
   CHECK_MESSAGE(!contains(message, "1000 attempts"), message);
 }
 
@@ -305,14 +305,30 @@ TEST_CASE("headers then silence mid-body fails with the stall timeout, naming th
   CHECK_MESSAGE(contains(message, "stall timeout (1 s) fired after 1"), message);
 }
 
-TEST_CASE("a slow but steady transfer outlasting every timeout and the give-up window is not cut") {
+TEST_CASE("a server that stalls on every attempt after a little progress is reported at the give-up limit") {
+  fake_server server;  // "/stall" resumes each retry where the last one stopped, sends a third, stalls
+  auto options = short_limits();
+  options.retry.attempts_max = 1000;
+  options.retry.give_up_after = std::chrono::milliseconds(2500);
+  std::vector<std::byte> out;
+  auto start = std::chrono::steady_clock::now();
+  auto r = read_all(options, server.url("/stall"), out);
+  CHECK(std::chrono::steady_clock::now() - start < hang_guard);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == tz::errc::timeout);
+  CHECK_MESSAGE(contains(r.error().message, "give-up limit (2.5 s lost to failed attempts) reached"), r.error().message);
+  CHECK(server.ranges("/stall").size() <= 4);  // 1 s stalls until 2.5 s are lost, not 1000 attempts
+}
+
+TEST_CASE("a slow but steady transfer outlasting every timeout and the give-up limit is not cut") {
   fake_server server;
   auto options = short_limits();
   options.retry.give_up_after = std::chrono::milliseconds(1500);
   auto source = tz::open_http_source(options, server.url("/trickle"));
   REQUIRE(source.has_value());
-  // 15 bytes, one per 200 ms: about 3 s, twice the give-up window and three stall timeouts.
-  std::vector<std::byte> out(15);
+  // 8 bytes, one per 500 ms: 4 s of mostly silence, more than the give-up limit and the stall
+  // timeout put together, in gaps each shorter than the stall timeout.
+  std::vector<std::byte> out(8);
   std::span<std::byte> spans[] = {out};
   auto r = net_test::run((*source)->read(1000, spans));
   REQUIRE_MESSAGE(r.has_value(), r.error().message);
@@ -326,7 +342,7 @@ TEST_CASE("the deadline cuts even a transfer that keeps moving") {
   options.retry.deadline = std::chrono::seconds(1);
   auto source = tz::open_http_source(options, server.url("/trickle"));
   REQUIRE(source.has_value());
-  std::vector<std::byte> out(15);
+  std::vector<std::byte> out(8);
   std::span<std::byte> spans[] = {out};
   auto r = net_test::run((*source)->read(1000, spans));
   REQUIRE_FALSE(r.has_value());
@@ -355,7 +371,7 @@ TEST_CASE("a Redis server that accepts and never replies fails with the first-by
   CHECK_MESSAGE(contains(message, "first-byte timeout (1 s) fired after 1"), message);
 }
 
-TEST_CASE("the give-up window also bounds the Redis retries") {
+TEST_CASE("the give-up limit also bounds the Redis retries") {
   silent_redis server;
   tz::redis_options options;
   options.first_byte_timeout = std::chrono::seconds(1);
@@ -367,7 +383,7 @@ TEST_CASE("the give-up window also bounds the Redis retries") {
   auto size = net_test::run((*source)->size());
   REQUIRE_FALSE(size.has_value());
   CHECK(size.error().code == tz::errc::timeout);
-  CHECK_MESSAGE(contains(size.error().message, "give-up window (2.5 s without progress) ran out"), size.error().message);
+  CHECK_MESSAGE(contains(size.error().message, "give-up limit (2.5 s lost to failed attempts) reached"), size.error().message);
 }
 
 }  // TEST_SUITE("faults")

@@ -47,6 +47,7 @@ task<result<http_response>> exchange_with_retries(http_client& client, const std
       retry_after = std::string(response->header("Retry-After"));
       last = status_error(*response, hooks, what);
     }
+    clock.attempt_failed();
     if (attempt >= std::max(1, retry.attempts_max) || clock.expired()) break;
   }
   co_return retries_exhausted(last, what + ": failed", attempt, clock);
@@ -155,11 +156,13 @@ task<result<void>> ranged_source::read_range(std::uint64_t offset_bytes, std::ve
     if (!response) {
       last = response.error();
       if (!retryable_error(last)) co_return last;
+      clock.attempt_failed();
       continue;
     }
     if (retryable_status(response->status)) {
       retry_after = std::string(response->header("Retry-After"));
       last = status_error(*response, hooks_, name_);
+      clock.attempt_failed();
       continue;
     }
     if (response->status != 200 && response->status != 206) co_return status_error(*response, hooks_, name_);

@@ -196,6 +196,7 @@ result<void> redis_pool::with_connection(const std::function<result<void>(redisC
     result<void> r;
     if (attempt_once(work, what, r)) return r;
     last = r.error();
+    clock.attempt_failed();
     if (attempt >= attempts_max || clock.expired()) break;
   }
   return retries_exhausted(last, address_ + ": " + what + " failed", attempt, clock);

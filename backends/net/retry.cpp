@@ -24,34 +24,42 @@ std::string seconds_text(std::chrono::steady_clock::duration d) {
 }
 
 request_clock::request_clock(const retry_options& options)
-    : start_(clock::now()), last_progress_(start_), give_up_after_(options.give_up_after), deadline_(options.deadline) {}
+    : start_(clock::now()), quiet_since_(start_), give_up_after_(options.give_up_after), deadline_(options.deadline) {}
+
+void request_clock::attempt_failed() noexcept {
+  const auto now = clock::now();
+  lost_ += now - quiet_since_;
+  quiet_since_ = now;
+}
+
+request_clock::clock::time_point request_clock::give_up_at() const noexcept {
+  if (give_up_after_.count() <= 0) return clock::time_point::max();
+  return quiet_since_ + std::max<clock::duration>(give_up_after_ - lost_, clock::duration::zero());
+}
 
 request_clock::clock::time_point request_clock::limit() const noexcept {
-  auto at = clock::time_point::max();
-  if (give_up_after_.count() > 0) at = last_progress_ + give_up_after_;
+  auto at = give_up_at();
   if (deadline_.count() > 0) at = std::min(at, start_ + deadline_);
   return at;
 }
 
 std::string request_clock::limit_name() const {
-  const bool window = give_up_after_.count() > 0 && last_progress_ + give_up_after_ == limit();
-  if (window) return "give-up window (" + seconds_text(give_up_after_) + " without progress)";
+  if (give_up_at() == limit()) return "give-up limit (" + seconds_text(give_up_after_) + " lost to failed attempts)";
   return "deadline (" + seconds_text(deadline_) + ")";
 }
 
-timed_wait::timed_wait(std::string_view name, milliseconds timeout, const request_clock* request)
-    : started(std::chrono::steady_clock::now()), ends(std::chrono::steady_clock::time_point::max()) {
-  if (timeout.count() > 0) {
-    ends = started + timeout;
-    limit = std::string(name) + " (" + seconds_text(timeout) + ")";
-  }
+timed_wait::timed_wait(std::string_view name_, milliseconds timeout_, const request_clock* request)
+    : started(std::chrono::steady_clock::now()), ends(std::chrono::steady_clock::time_point::max()), name(name_),
+      timeout(timeout_) {
+  if (timeout.count() > 0) ends = started + timeout;
   if (request && request->limit() < ends) {
     ends = request->limit();
-    limit = request->limit_name();
+    clipped_by = request;
   }
 }
 
 std::string timed_wait::fired() const {
+  std::string limit = clipped_by ? clipped_by->limit_name() : std::string(name) + " (" + seconds_text(timeout) + ")";
   return limit + " fired after " + seconds_text(std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - started));
 }
 
@@ -78,7 +86,7 @@ task<void> backoff_sleep(const retry_options& options, int attempt, std::string_
 }
 
 error retries_exhausted(const error& last, const std::string& what_failed, int attempts, const request_clock& request) {
-  std::string why = request.expired() ? request.limit_name() + " ran out" : "retry budget spent";
+  std::string why = request.expired() ? request.limit_name() + " reached" : "retry budget spent";
   return make_error(last.code, what_failed + " after " + std::to_string(attempts) + " attempt" +
                                    (attempts == 1 ? "" : "s") + " in " +
                                    seconds_text(std::chrono::duration_cast<milliseconds>(request.elapsed())) + " (" + why +

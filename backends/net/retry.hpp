@@ -22,38 +22,49 @@ inline bool retryable_error(const error& e) noexcept { return e.code == errc::ne
 std::string seconds_text(std::chrono::steady_clock::duration d);
 
 // The time limits of one request across all its attempts (retry_options.give_up_after, .deadline).
+// give_up_after is a budget for time lost: each failed attempt spends the time since data last
+// moved (its fruitless wait, then the backoff before the next attempt). Waits that end in data,
+// however slow, spend nothing, so a transfer that keeps moving is never cut, while one that stalls
+// on every attempt, even after a little progress each time, is reported once the budget is gone.
 // Shared by the attempts of one request, never by two requests in flight at once.
 class request_clock {
  public:
   using clock = std::chrono::steady_clock;
   explicit request_clock(const retry_options& options);
 
-  // Data moved: give_up_after counts again from now.
-  void progressed() noexcept { last_progress_ = clock::now(); }
+  // Data moved: nothing since is lost yet.
+  void progressed() noexcept { quiet_since_ = clock::now(); }
+  // An attempt failed: the time since data last moved is spent from give_up_after.
+  void attempt_failed() noexcept;
   // When every wait must end, whatever its own timeout; clock::time_point::max() when unbounded.
   clock::time_point limit() const noexcept;
   bool expired() const noexcept { return clock::now() >= limit(); }
-  // Names what limit() is, for messages: "give-up window (20 s without progress)" or "deadline (60 s)".
+  // Names what limit() is, for messages: "give-up limit (20 s lost to failed attempts)" or "deadline (60 s)".
   std::string limit_name() const;
   // Since the request began.
   clock::duration elapsed() const noexcept { return clock::now() - start_; }
 
  private:
+  clock::time_point give_up_at() const noexcept;
   clock::time_point start_;
-  clock::time_point last_progress_;
+  clock::time_point quiet_since_;  // the last progress, or the end of the last failed attempt
+  clock::duration lost_{};         // spent by failed attempts so far
   std::chrono::milliseconds give_up_after_;
   std::chrono::milliseconds deadline_;
 };
 
 // One bounded wait: it ends at the earlier of `timeout` from now (0 = none) and the request's
-// limit, and remembers which of the two that is so a timeout error can say what fired.
+// limit, and remembers which of the two that is so a timeout error can say what fired. Cheap to
+// make (one per socket read): the text is only built by fired().
 struct timed_wait {
   std::chrono::steady_clock::time_point started;
   std::chrono::steady_clock::time_point ends;
-  std::string limit;  // "first-byte timeout (10 s)", or the request clock's limit_name()
+  std::string_view name;  // a literal: "first-byte timeout"
+  std::chrono::milliseconds timeout;
+  const request_clock* clipped_by = nullptr;  // set when the request's limit ends the wait first
 
   timed_wait(std::string_view name, std::chrono::milliseconds timeout, const request_clock* request);
-  // "first-byte timeout (10 s) fired after 10 s"
+  // "first-byte timeout (10 s) fired after 10 s", or "give-up limit (20 s lost to failed attempts) fired after 3.5 s"
   std::string fired() const;
 };
 

@@ -33,11 +33,11 @@ and signatures):
   `response_headers` is an empty message (the native client does not expose them).
 * Every network wait is bounded, and the keyword-only `timeouts` argument (a mapping of seconds)
   sets the limits: ``connect_timeout`` (5), ``first_byte_timeout`` (10), ``stall_timeout`` (10:
-  no byte moved for that long), ``give_up_after`` (20: retries stop this long after the request
-  began or last moved data; 0 = only the attempt count limits) and ``deadline`` (0 = none: a hard
-  limit per request that cuts even moving transfers). A silent or dead server, or a stalled
-  transfer, fails within ``give_up_after`` (TimeoutError, naming the limit that fired); slow
-  transfers that keep moving are never cut.
+  no byte moved for that long), ``give_up_after`` (20: a request fails once this much time went
+  to failed attempts, their fruitless waits and backoff; 0 = only the attempt count limits) and
+  ``deadline`` (0 = none: a hard limit per request that cuts even moving transfers). A silent or
+  dead server, or a stalled transfer, fails within about ``give_up_after`` (TimeoutError, naming
+  the limit that fired); slow transfers that keep moving are never cut.
 """
 
 from __future__ import annotations

@@ -491,7 +491,7 @@ def test_a_silent_server_fails_with_a_timeout_naming_the_limit(silent_server, sc
     message = str(raised.value)
     assert message.startswith("Failed to open stream:"), message
     assert f"127.0.0.1:{silent_server}" in message, message
-    assert "give-up window (2.5 s without progress) ran out" in message, message
+    assert "give-up limit (2.5 s lost to failed attempts) reached" in message, message
     assert "failed after" in message and "attempts" in message, message
 
 

@@ -21,10 +21,12 @@ struct retry_options {
   int attempts_max = 6;
   std::chrono::milliseconds backoff_initial{100};
   std::chrono::milliseconds backoff_max{5'000};
-  // Bounds the retries in time: no attempt starts, and no wait of one lasts, past give_up_after
-  // since the request began or last received (or sent) body bytes. So a dead or silent server, or
-  // a transfer that stopped, is reported within this long whatever attempts_max says, while a
-  // transfer that keeps moving is never cut. 0 = no bound (attempts_max and the timeouts alone).
+  // Bounds the retries in time: a budget for time lost to failed attempts, each of which spends
+  // the time since data last moved (its fruitless waiting, then the backoff before the next). No
+  // attempt starts, and no wait lasts, once it is gone. So a dead or silent server, or a transfer
+  // that stalls (on every attempt, even after a little progress each time), is reported within
+  // about this long whatever attempts_max says, while a slow transfer that keeps moving spends
+  // nothing and is never cut. 0 = no bound (attempts_max and the timeouts alone).
   std::chrono::milliseconds give_up_after{20'000};
   // Hard limit on a whole request, retries included, that also cuts transfers still moving.
   // 0 = off (the default: how long a large read may take depends only on the bandwidth).
