@@ -17,10 +17,14 @@ using std::chrono::milliseconds;
 std::string seconds_text(std::chrono::steady_clock::duration d) {
   const double s = std::chrono::duration<double>(d).count();
   char text[32];
-  // Whole seconds print bare ("10 s"); others with up to two decimals ("0.3 s", "9.87 s").
-  if (s == static_cast<double>(static_cast<long long>(s))) std::snprintf(text, sizeof text, "%lld s", static_cast<long long>(s));
-  else std::snprintf(text, sizeof text, "%.*f s", s < 10 ? 2 : 1, s);
-  return text;
+  // Up to two decimals below 10 s, one above, without trailing zeros: "10 s", "2.5 s", "9.87 s".
+  std::snprintf(text, sizeof text, "%.*f", s < 10 ? 2 : 1, s);
+  std::string out = text;
+  if (out.find('.') != std::string::npos) {
+    out.erase(out.find_last_not_of('0') + 1);
+    if (out.back() == '.') out.pop_back();
+  }
+  return out + " s";
 }
 
 request_clock::request_clock(const retry_options& options)
