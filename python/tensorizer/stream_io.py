@@ -194,7 +194,14 @@ def _time_options(timeouts: Optional[Mapping[str, Optional[float]]]) -> Dict[str
     unknown = sorted(set(timeouts) - set(_TIME_LIMITS))
     if unknown:
         raise TypeError(f"unknown timeouts {unknown}; the limits are {', '.join(_TIME_LIMITS)}")
-    return {name: float(seconds) for name, seconds in timeouts.items() if seconds is not None}
+    options = {name: float(seconds) for name, seconds in timeouts.items() if seconds is not None}
+    # Checked here too (the engine checks again) so a bad value is a ValueError, not a failed open.
+    for name, seconds in options.items():
+        zero_allowed = name in ("give_up_after", "deadline")
+        if not (0 <= seconds <= 86400) or (seconds == 0 and not zero_allowed):
+            raise ValueError(f"timeouts[{name!r}] must be {'0 (none) to' if zero_allowed else 'more than 0 and at most'}"
+                             f" 86400 seconds, got {seconds}")
+    return options
 
 
 def _check_range(begin: Optional[int], end: Optional[int]) -> int:
