@@ -65,6 +65,18 @@ case $suite in
     "$cli" copy --decrypt-key-file "$work/key" "http://127.0.0.1:$((base + 80))/cli-sh/enc.tensors" "$work/dec.tensors"
     same "$work/model.tensors" "$work/dec.tensors" "decrypting copy over HTTP is not byte-identical"
     expect_error "decrypt" "$cli" hash "http://127.0.0.1:$((base + 80))/cli-sh/enc.tensors"
+    step "time limits: a server that accepts and never answers"
+    python3 -c 'import socket,sys,time
+s=socket.socket(); s.bind(("127.0.0.1",0)); s.listen(16); print(s.getsockname()[1], flush=True); held=[]
+while True: held.append(s.accept()[0])' > "$work/silent.port" &
+    silent=$!; trap 'kill $silent 2>/dev/null || true' EXIT
+    for _ in $(seq 50); do [[ -s $work/silent.port ]] && break; sleep 0.1; done
+    silent_url="http://127.0.0.1:$(cat "$work/silent.port")/x.tensors"
+    expect_error "give-up limit (2.5 s lost to failed attempts) reached" "$cli" load "$silent_url" --first-byte-timeout 1 --give-up-after 2.5
+    expect_error "(timeout)" "$cli" hash "$silent_url" --first-byte-timeout 0.5 --give-up-after 1
+    expect_error "option --stall-timeout" "$cli" load "$silent_url" --stall-timeout 0
+    "$cli" load --help | grep -q -- "--give-up-after" || fail "load --help does not list --give-up-after"
+    kill $silent; trap - EXIT
     ;;
   s3)
     export AWS_ACCESS_KEY_ID=TESTKEY AWS_SECRET_ACCESS_KEY=TESTSECRET

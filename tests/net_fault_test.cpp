@@ -1,11 +1,14 @@
 // net_test suite "faults": the HTTP source against a loopback fake server that resets mid-body,
-// answers 503 or 429 before succeeding, stalls, or always fails.
+// answers 503 or 429 before succeeding, stalls, never answers, trickles, or always fails; and the
+// time limits of the HTTP and Redis clients (first-byte, stall, give-up limit, deadline).
 #include "net_test_support.hpp"
 
 #include "tz/http_source.hpp"
+#include "tz/redis_source.hpp"
 
 #include <boost/asio.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -18,6 +21,7 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 constexpr std::size_t object_bytes = 4 << 20;
+constexpr auto trickle_gap = std::chrono::milliseconds(500);
 
 // A tiny HTTP/1.1 server on 127.0.0.1 (ephemeral port) with one misbehaviour per path.
 class fake_server {
@@ -65,6 +69,10 @@ class fake_server {
     std::string method = head.substr(0, head.find(' '));
     std::string path = head.substr(method.size() + 1, head.find(' ', method.size() + 1) - method.size() - 1);
     std::string common = "ETag: \"v1\"\r\nAccept-Ranges: bytes\r\n";
+    if (path == "/silent") {  // reads the request, never answers
+      co_await sleep(std::chrono::hours(1));
+      co_return false;
+    }
     if (method == "HEAD") {
       co_await write(socket, "HTTP/1.1 200 OK\r\n" + common + "Content-Length: " + std::to_string(object_bytes) + "\r\n\r\n");
       co_return true;
@@ -89,13 +97,17 @@ class fake_server {
     co_await write(socket, "HTTP/1.1 206 Partial Content\r\n" + common + "Content-Length: " + std::to_string(length) +
                                "\r\nContent-Range: bytes " + std::to_string(first) + "-" + std::to_string(last) + "/" +
                                std::to_string(object_bytes) + "\r\n\r\n");
+    if (path == "/trickle") {  // one byte per trickle_gap: slow, but never silent for long
+      for (std::uint64_t i = 0; i < length; ++i) {
+        co_await sleep(trickle_gap);
+        co_await asio::async_write(socket, asio::buffer(data_.data() + first + i, 1), asio::use_awaitable);
+      }
+      co_return true;
+    }
     bool cut = (path == "/reset" && count <= 2) || path == "/stall";
     std::uint64_t send = cut ? length / 3 : length;
     co_await asio::async_write(socket, asio::buffer(data_.data() + first, send), asio::use_awaitable);
-    if (path == "/stall") {
-      asio::steady_timer forever(socket.get_executor(), std::chrono::hours(1));
-      co_await forever.async_wait(asio::use_awaitable);
-    }
+    if (path == "/stall") co_await sleep(std::chrono::hours(1));
     if (cut) {
       socket.set_option(asio::socket_base::linger(true, 0));  // RST, not FIN
       socket.close();
@@ -108,6 +120,11 @@ class fake_server {
     co_await asio::async_write(socket, asio::buffer(text), asio::use_awaitable);
   }
 
+  asio::awaitable<void> sleep(std::chrono::steady_clock::duration d) {
+    asio::steady_timer timer(io_, d);
+    co_await timer.async_wait(asio::use_awaitable);
+  }
+
   asio::io_context io_;
   tcp::acceptor acceptor_;
   std::vector<std::byte> data_;
@@ -115,6 +132,45 @@ class fake_server {
   std::map<std::string, std::vector<std::string>> ranges_;
   std::thread thread_;
 };
+
+// A Redis-protocol peer that accepts connections and reads the commands but never replies.
+class silent_redis {
+ public:
+  silent_redis() : acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+    asio::co_spawn(io_, accept(), asio::detached);
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~silent_redis() {
+    io_.stop();
+    thread_.join();
+  }
+  std::string url(const std::string& prefix) const {
+    return "redis://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()) + "/" + prefix;
+  }
+
+ private:
+  asio::awaitable<void> accept() {
+    for (;;) {
+      auto socket = co_await acceptor_.async_accept(asio::use_awaitable);
+      asio::co_spawn(io_, drain(std::move(socket)), asio::detached);
+    }
+  }
+  asio::awaitable<void> drain(tcp::socket socket) {
+    char buffer[4096];
+    try {
+      for (;;) co_await socket.async_read_some(asio::buffer(buffer), asio::use_awaitable);
+    } catch (const std::exception&) {
+    }
+  }
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  std::thread thread_;
+};
+
+// Generous bound for the time-limit tests: only a hang trips it (the machine is shared and noisy).
+constexpr auto hang_guard = std::chrono::seconds(60);
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 tz::http_options quick_options() {
   tz::http_options options;
@@ -190,6 +246,146 @@ TEST_CASE("a server that keeps answering 503 exhausts the retry budget with a cl
   CHECK(r.error().message.find("503") != std::string::npos);
   CHECK(r.error().message.find("4 attempts") != std::string::npos);
   CHECK(server.ranges("/always503").size() == 4);
+}
+
+// Short limits so these run in seconds; the defaults are checked by hand (README, `tensorizer load`).
+tz::http_options short_limits() {
+  auto options = quick_options();
+  options.first_byte_timeout = std::chrono::seconds(1);
+  options.stall_timeout = std::chrono::seconds(1);
+  options.retry.give_up_after = std::chrono::milliseconds(0);
+  return options;
+}
+
+TEST_CASE("a server that accepts and never answers fails with the first-byte timeout, naming the URL") {
+  fake_server server;
+  auto options = short_limits();
+  options.retry.attempts_max = 2;
+  auto source = tz::open_http_source(options, server.url("/silent"));
+  REQUIRE(source.has_value());
+  auto start = std::chrono::steady_clock::now();
+  auto size = net_test::run((*source)->size());
+  CHECK(std::chrono::steady_clock::now() - start < hang_guard);
+  REQUIRE_FALSE(size.has_value());
+  const auto& message = size.error().message;
+  CHECK(size.error().code == tz::errc::timeout);
+  CHECK_MESSAGE(contains(message, server.url("/silent") + ": HEAD: failed after 2 attempts"), message);
+  CHECK_MESSAGE(contains(message, "first-byte timeout (1 s) fired after 1"), message);
+  CHECK_MESSAGE(contains(message, "retry budget spent"), message);
+}
+
+TEST_CASE("the give-up limit ends the retries against a silent server long before attempts_max") {
+  fake_server server;
+  auto options = short_limits();
+  options.retry.attempts_max = 1000;
+  options.retry.give_up_after = std::chrono::milliseconds(2500);
+  auto source = tz::open_http_source(options, server.url("/silent"));
+  REQUIRE(source.has_value());
+  auto start = std::chrono::steady_clock::now();
+  auto size = net_test::run((*source)->size());
+  CHECK(std::chrono::steady_clock::now() - start < hang_guard);
+  REQUIRE_FALSE(size.has_value());
+  const auto& message = size.error().message;
+  CHECK(size.error().code == tz::errc::timeout);
+  CHECK_MESSAGE(contains(message, "give-up limit (2.5 s lost to failed attempts) reached"), message);
+  CHECK_MESSAGE(!contains(message, "1000 attempts"), message);
+}
+
+TEST_CASE("headers then silence mid-body fails with the stall timeout, naming the URL and offsets") {
+  fake_server server;
+  auto options = short_limits();
+  options.retry.attempts_max = 2;
+  std::vector<std::byte> out;
+  auto start = std::chrono::steady_clock::now();
+  auto r = read_all(options, server.url("/stall"), out);
+  CHECK(std::chrono::steady_clock::now() - start < hang_guard);
+  REQUIRE_FALSE(r.has_value());
+  const auto& message = r.error().message;
+  CHECK(r.error().code == tz::errc::timeout);
+  CHECK_MESSAGE(contains(message, server.url("/stall") + ": reading " + std::to_string(object_bytes) + " bytes at offset 0 failed at offset "), message);
+  CHECK_MESSAGE(contains(message, "reading the body of GET at body byte"), message);
+  CHECK_MESSAGE(contains(message, "stall timeout (1 s) fired after 1"), message);
+}
+
+TEST_CASE("a server that stalls on every attempt after a little progress is reported at the give-up limit") {
+  fake_server server;  // "/stall" resumes each retry where the last one stopped, sends a third, stalls
+  auto options = short_limits();
+  options.retry.attempts_max = 1000;
+  options.retry.give_up_after = std::chrono::milliseconds(2500);
+  std::vector<std::byte> out;
+  auto start = std::chrono::steady_clock::now();
+  auto r = read_all(options, server.url("/stall"), out);
+  CHECK(std::chrono::steady_clock::now() - start < hang_guard);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == tz::errc::timeout);
+  CHECK_MESSAGE(contains(r.error().message, "give-up limit (2.5 s lost to failed attempts) reached"), r.error().message);
+  CHECK(server.ranges("/stall").size() <= 4);  // 1 s stalls until 2.5 s are lost, not 1000 attempts
+}
+
+TEST_CASE("a slow but steady transfer outlasting every timeout and the give-up limit is not cut") {
+  fake_server server;
+  auto options = short_limits();
+  options.retry.give_up_after = std::chrono::milliseconds(1500);
+  auto source = tz::open_http_source(options, server.url("/trickle"));
+  REQUIRE(source.has_value());
+  // 8 bytes, one per 500 ms: 4 s of mostly silence, more than the give-up limit and the stall
+  // timeout put together, in gaps each shorter than the stall timeout.
+  std::vector<std::byte> out(8);
+  std::span<std::byte> spans[] = {out};
+  auto r = net_test::run((*source)->read(1000, spans));
+  REQUIRE_MESSAGE(r.has_value(), r.error().message);
+  CHECK(std::equal(out.begin(), out.end(), server.data().begin() + 1000));
+  CHECK(server.ranges("/trickle").size() == 1);  // one request: never cut and retried
+}
+
+TEST_CASE("the deadline cuts even a transfer that keeps moving") {
+  fake_server server;
+  auto options = short_limits();
+  options.retry.deadline = std::chrono::seconds(1);
+  auto source = tz::open_http_source(options, server.url("/trickle"));
+  REQUIRE(source.has_value());
+  std::vector<std::byte> out(8);
+  std::span<std::byte> spans[] = {out};
+  auto r = net_test::run((*source)->read(1000, spans));
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == tz::errc::timeout);
+  CHECK_MESSAGE(contains(r.error().message, "deadline (1 s) reached"), r.error().message);
+  CHECK_MESSAGE(contains(r.error().message, "bytes at offset 1000"), r.error().message);
+}
+
+TEST_CASE("a Redis server that accepts and never replies fails with the first-byte timeout") {
+  silent_redis server;
+  tz::redis_options options;
+  options.first_byte_timeout = std::chrono::seconds(1);
+  options.retry.attempts_max = 2;
+  options.retry.backoff_initial = std::chrono::milliseconds(10);
+  options.retry.give_up_after = std::chrono::milliseconds(0);
+  auto source = tz::open_redis_source(options, server.url("model"));
+  REQUIRE(source.has_value());
+  auto start = std::chrono::steady_clock::now();
+  auto size = net_test::run((*source)->size());
+  CHECK(std::chrono::steady_clock::now() - start < hang_guard);
+  REQUIRE_FALSE(size.has_value());
+  const auto& message = size.error().message;
+  CHECK(size.error().code == tz::errc::timeout);
+  CHECK_MESSAGE(contains(message, server.url("").substr(0, server.url("").size() - 1)), message);
+  CHECK_MESSAGE(contains(message, "failed after 2 attempts"), message);
+  CHECK_MESSAGE(contains(message, "first-byte timeout (1 s) fired after 1"), message);
+}
+
+TEST_CASE("the give-up limit also bounds the Redis retries") {
+  silent_redis server;
+  tz::redis_options options;
+  options.first_byte_timeout = std::chrono::seconds(1);
+  options.retry.attempts_max = 1000;
+  options.retry.backoff_initial = std::chrono::milliseconds(10);
+  options.retry.give_up_after = std::chrono::milliseconds(2500);
+  auto source = tz::open_redis_source(options, server.url("model"));
+  REQUIRE(source.has_value());
+  auto size = net_test::run((*source)->size());
+  REQUIRE_FALSE(size.has_value());
+  CHECK(size.error().code == tz::errc::timeout);
+  CHECK_MESSAGE(contains(size.error().message, "give-up limit (2.5 s lost to failed attempts) reached"), size.error().message);
 }
 
 }  // TEST_SUITE("faults")

@@ -1,6 +1,9 @@
 // The CLI's remote-location options and their help text.
 #include "remote_args.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+
 namespace tz::cli {
 
 const char* const remote_help =
@@ -13,6 +16,14 @@ const char* const remote_help =
     "  --s3-endpoint URL    S3 endpoint (else s3cfg host_base, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL)\n"
     "  --s3-region R        SigV4 region (else AWS_REGION, AWS_DEFAULT_REGION, us-east-1)\n"
     "  --s3-virtual-host    virtual-host style addressing (https://bucket.host/key)\n"
+    "  Time limits, in seconds (fractions allowed), for http(s)://, s3:// and redis://:\n"
+    "  --connect-timeout S     TCP connect (and TLS handshake) of one attempt (default 5)\n"
+    "  --first-byte-timeout S  request sent -> first byte of the answer (default 10)\n"
+    "  --stall-timeout S       no byte moved for S mid-transfer (default 10); slow but moving is never cut\n"
+    "  --give-up-after S       report a request once S seconds went to failed attempts (fruitless\n"
+    "                          waits and backoff; default 20; 0 = until the 6 attempts are spent)\n"
+    "  --deadline S            hard limit per request, retries included, cuts even moving\n"
+    "                          transfers (default 0 = none)\n"
     "  S3 credentials: s3cfg, AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,\n"
     "  ~/.aws/credentials (AWS_PROFILE); none: unsigned requests (public buckets).\n";
 
@@ -23,6 +34,23 @@ std::vector<std::string> joined(std::vector<std::string> own, const std::vector<
   return own;
 }
 
+// Applies --connect-timeout S and the other time-limit options.
+result<void> time_limits_from(const args& a, remote_options& o) {
+  for (const char* name : time_limit_names) {
+    std::string option = "--" + std::string(name);
+    std::replace(option.begin(), option.end(), '_', '-');
+    auto text = a.get(option);
+    if (!text) continue;
+    char* end = nullptr;
+    const double seconds = std::strtod(text->c_str(), &end);
+    if (text->empty() || end != text->c_str() + text->size())
+      return make_error(errc::invalid_argument, "option " + option + " expects seconds, got '" + *text + "'");
+    if (auto r = set_time_limit(o, name, seconds); !r)
+      return make_error(errc::invalid_argument, "option " + option + ": " + r.error().message);
+  }
+  return {};
+}
+
 }  // namespace
 
 std::vector<std::string> with_remote_valued(std::vector<std::string> own) { return joined(std::move(own), remote_valued_options); }
@@ -30,6 +58,7 @@ std::vector<std::string> with_remote_flags(std::vector<std::string> own) { retur
 
 result<remote_options> remote_options_from(const args& a) {
   remote_options o;
+  TZ_CHECK(time_limits_from(a, o));
   if (auto f = a.get("--ca-file")) o.http.ca_file = *f;
   o.http.verify_peer = !a.has("--insecure");
   if (auto n = a.get("--connections")) {

@@ -6,6 +6,7 @@
 
 #include "http_client.hpp"
 
+#include "retry.hpp"
 #include "scatter.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -36,6 +37,7 @@ namespace {
 
 constexpr auto use_tuple = asio::as_tuple(use_task);
 constexpr std::size_t parse_buffer_bytes = 1 << 20;  // SERVERS.md §4: unreserved buffers are 6x slower
+constexpr std::size_t send_piece_bytes = 1 << 20;   // request bodies are written in pieces, each under the stall timeout
 
 struct connection {
   asio::any_io_executor executor;
@@ -43,8 +45,16 @@ struct connection {
   std::optional<beast::ssl_stream<beast::tcp_stream>> secure;
   beast::flat_buffer buffer;
   bool reusable = true;
+  std::optional<timed_wait> wait;  // the wait armed last, named in timeout errors
 
   beast::tcp_stream& lowest() { return plain ? *plain : beast::get_lowest_layer(*secure); }
+
+  // Bounds the next wait by `timeout` (0 = none) and the request clock's limit.
+  void arm(std::string_view name, std::chrono::milliseconds timeout, const request_clock* clock) {
+    wait.emplace(name, timeout, clock);
+    if (wait->ends == std::chrono::steady_clock::time_point::max()) lowest().expires_never();
+    else lowest().expires_at(wait->ends);
+  }
 };
 
 bool is_ip_literal(const std::string& host) {
@@ -136,11 +146,12 @@ struct http_client::impl {
   std::uint64_t id = next_client_id++;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 
-  error fail(std::string_view stage, const std::string& target, error_code ec) const {
-    errc code = errc::network;
-    if (ec == beast::error::timeout) code = errc::timeout;
+  error fail(std::string_view stage, const std::string& target, error_code ec, const connection& c) const {
+    std::string where = endpoint.url_prefix() + target + ": " + std::string(stage);
+    if (ec == beast::error::timeout && c.wait) return make_error(errc::timeout, where + ": " + c.wait->fired());
+    errc code = ec == beast::error::timeout ? errc::timeout : errc::network;
     if (ec.category() == asio::error::get_ssl_category()) code = errc::auth;
-    return make_error(code, endpoint.url_prefix() + target + ": " + std::string(stage) + " failed: " + ec.message());
+    return make_error(code, where + " failed: " + ec.message());
   }
 
   static idle_connections& idle_of(const asio::any_io_executor& ex) {
@@ -155,15 +166,17 @@ struct http_client::impl {
     idle_of(ex).put(id, alive, std::move(c), options.idle_connections_max);
   }
 
-  task<result<std::unique_ptr<connection>>> connect(const std::string& target);
+  task<result<std::unique_ptr<connection>>> connect(const std::string& target, const request_clock* clock);
   template <class Stream>
   task<result<http_response>> run(Stream& stream, connection& c, const http_request& request,
-                                  const scatter_list* dst, std::uint64_t* received, std::size_t body_limit);
+                                  const scatter_list* dst, std::uint64_t* received, std::size_t body_limit,
+                                  request_clock* clock);
   task<result<http_response>> exchange(const http_request& request, const scatter_list* dst,
-                                       std::uint64_t* received, std::size_t body_limit);
+                                       std::uint64_t* received, std::size_t body_limit, request_clock* clock);
 };
 
-task<result<std::unique_ptr<connection>>> http_client::impl::connect(const std::string& target) {
+task<result<std::unique_ptr<connection>>> http_client::impl::connect(const std::string& target,
+                                                                     const request_clock* clock) {
   auto ex = co_await asio::this_coro::executor;
   auto c = std::make_unique<connection>();
   c->executor = ex;
@@ -172,17 +185,18 @@ task<result<std::unique_ptr<connection>>> http_client::impl::connect(const std::
   tcp::resolver resolver(ex);
   const auto& host = endpoint.connect_host.empty() ? endpoint.host : endpoint.connect_host;
   auto [rec, results] = co_await resolver.async_resolve(host, std::to_string(endpoint.port), use_tuple);
-  if (rec) co_return fail("resolving " + host, target, rec);
-  c->lowest().expires_after(options.connect_timeout);
+  if (rec) co_return fail("resolving " + host, target, rec, *c);
+  // One wait for the TCP connect and the TLS handshake together.
+  c->arm("connect timeout", options.connect_timeout, clock);
   auto [cec, ep] = co_await c->lowest().async_connect(results, use_tuple);
-  if (cec) co_return fail("connect", target, cec);
+  if (cec) co_return fail("connect", target, cec, *c);
   c->lowest().socket().set_option(tcp::no_delay(true));
   if (endpoint.tls) {
     // SNI only for names (RFC 6066); the certificate must match the name or the IP literal.
     if (!is_ip_literal(endpoint.host)) SSL_set_tlsext_host_name(c->secure->native_handle(), endpoint.host.c_str());
     if (options.verify_peer) c->secure->set_verify_callback(ssl::host_name_verification(endpoint.host));
     auto [hec] = co_await c->secure->async_handshake(ssl::stream_base::client, use_tuple);
-    if (hec) co_return fail("TLS handshake", target, hec);
+    if (hec) co_return fail("TLS handshake", target, hec, *c);
   }
   c->lowest().expires_never();
   co_return c;
@@ -200,9 +214,12 @@ void ack_now(beast::tcp_stream& lowest) noexcept {
   static_cast<void>(::setsockopt(lowest.socket().native_handle(), IPPROTO_TCP, TCP_QUICKACK, &on, sizeof on));
 }
 
+// Writes the request header, then the body in pieces, each bounded by the stall timeout (a large
+// upload that keeps moving is never cut) and counted as the request clock's progress.
 template <class Stream>
-task<error_code> send_request(Stream& stream, beast::tcp_stream& lowest, const http_request& request,
-                              const http_endpoint& endpoint, const http_client_options& options) {
+task<error_code> send_request(Stream& stream, connection& c, const http_request& request,
+                              const http_endpoint& endpoint, const http_client_options& options,
+                              request_clock* clock) {
   http::request<http::empty_body> req{http::string_to_verb(request.method), request.target, 11};
   req.set(http::field::host, endpoint.host_header());
   req.set(http::field::user_agent, options.user_agent);
@@ -211,32 +228,38 @@ task<error_code> send_request(Stream& stream, beast::tcp_stream& lowest, const h
     req.content_length(request.body.size());
   req.keep_alive(true);
   http::request_serializer<http::empty_body> serializer{req};
-  lowest.expires_after(options.stall_timeout);
+  c.arm("stall timeout", options.stall_timeout, clock);
   auto [ec, n] = co_await http::async_write_header(stream, serializer, use_tuple);
-  if (!ec && !request.body.empty()) {
-    auto [bec, bn] = co_await asio::async_write(stream, asio::buffer(request.body.data(), request.body.size()), use_tuple);
+  for (std::size_t sent = 0; !ec && sent < request.body.size();) {
+    auto piece = std::min(send_piece_bytes, request.body.size() - sent);
+    c.arm("stall timeout", options.stall_timeout, clock);
+    auto [bec, bn] = co_await asio::async_write(stream, asio::buffer(request.body.data() + sent, piece), use_tuple);
     ec = bec;
+    sent += bn;
+    if (bn > 0 && clock) clock->progressed();
   }
   co_return ec;
 }
 
 // Reads a Content-Length body straight into dst: first what the parse buffer already holds, then
-// scatter reads from the socket, each bounded by the stall timeout.
+// scatter reads from the socket, each bounded by the stall timeout; bytes count as progress.
 template <class Stream>
 task<error_code> read_body_into(Stream& stream, connection& c, scatter_list dst, std::uint64_t& received,
-                                std::chrono::milliseconds stall) {
+                                std::chrono::milliseconds stall, request_clock* clock) {
   scatter_cursor cursor(dst);
   auto buffered = c.buffer.data();
   auto n = cursor.copy_in({static_cast<const std::byte*>(buffered.data()), buffered.size()});
   c.buffer.consume(n);
   received += n;
+  if (n > 0 && clock) clock->progressed();
   std::vector<asio::mutable_buffer> buffers;
   while (!cursor.done()) {
     cursor.next_buffers<asio::mutable_buffer>(buffers, 16);
-    c.lowest().expires_after(stall);
+    c.arm("stall timeout", stall, clock);
     auto [ec, got] = co_await stream.async_read_some(buffers, use_tuple);
     cursor.advance(got);
     received += got;
+    if (got > 0 && clock) clock->progressed();
     if (ec) co_return ec;
   }
   co_return error_code{};
@@ -247,20 +270,20 @@ task<error_code> read_body_into(Stream& stream, connection& c, scatter_list dst,
 template <class Stream>
 task<result<http_response>> http_client::impl::run(Stream& stream, connection& c, const http_request& request,
                                                    const scatter_list* dst, std::uint64_t* received,
-                                                   std::size_t body_limit) {
-  if (auto ec = co_await send_request(stream, c.lowest(), request, endpoint, options)) {
+                                                   std::size_t body_limit, request_clock* clock) {
+  if (auto ec = co_await send_request(stream, c, request, endpoint, options, clock)) {
     c.reusable = false;
-    co_return fail("sending " + request.method, request.target, ec);
+    co_return fail("sending " + request.method, request.target, ec, c);
   }
   http::response_parser<http::empty_body> parser;
   parser.body_limit(boost::none);
   if (request.method == "HEAD") parser.skip(true);
-  c.lowest().expires_after(options.first_byte_timeout);
+  c.arm("first-byte timeout", options.first_byte_timeout, clock);
   ack_now(c.lowest());
   auto [hec, hn] = co_await http::async_read_header(stream, c.buffer, parser, use_tuple);
   if (hec) {
     c.reusable = false;
-    co_return fail("reading the response header of " + request.method, request.target, hec);
+    co_return fail("reading the response header of " + request.method, request.target, hec, c);
   }
   http_response response;
   const auto& head = parser.get();
@@ -276,28 +299,31 @@ task<result<http_response>> http_client::impl::run(Stream& stream, connection& c
       c.reusable = false;  // body left unread
       co_return response;
     }
-    auto ec = co_await read_body_into(stream, c, *dst, *received, options.stall_timeout);
+    auto ec = co_await read_body_into(stream, c, *dst, *received, options.stall_timeout, clock);
     if (ec) {
       c.reusable = false;
-      co_return fail("reading the body of " + request.method, request.target, ec);
+      co_return fail("reading the body of " + request.method + " at body byte " + std::to_string(*received),
+                     request.target, ec, c);
     }
     response.body_streamed = true;
     co_return response;
   }
   http::response_parser<http::string_body> body_parser{std::move(parser)};
   body_parser.body_limit(body_limit);
-  c.lowest().expires_after(options.stall_timeout);
+  // A small body (at most body_limit): one wait for all of it.
+  c.arm("stall timeout", options.stall_timeout, clock);
   auto [bec, bn] = co_await http::async_read(stream, c.buffer, body_parser, use_tuple);
   if (bec) {
     c.reusable = false;
-    co_return fail("reading the body of " + request.method, request.target, bec);
+    co_return fail("reading the body of " + request.method, request.target, bec, c);
   }
   response.body = std::move(body_parser.get().body());
   co_return response;
 }
 
 task<result<http_response>> http_client::impl::exchange(const http_request& request, const scatter_list* dst,
-                                                        std::uint64_t* received, std::size_t body_limit) {
+                                                        std::uint64_t* received, std::size_t body_limit,
+                                                        request_clock* clock) {
   auto ex = co_await asio::this_coro::executor;
   // A pooled connection may have been closed by the server while idle: when it fails before any
   // response byte arrived, retry once on a fresh connection without charging the caller's budget.
@@ -305,14 +331,14 @@ task<result<http_response>> http_client::impl::exchange(const http_request& requ
     auto c = round == 0 ? take_idle(ex) : nullptr;
     bool reused = c != nullptr;
     if (!c) {
-      TZ_CO_TRY(fresh, co_await connect(request.target));
+      TZ_CO_TRY(fresh, co_await connect(request.target, clock));
       c = std::move(fresh);
     }
     std::uint64_t before = received ? *received : 0;
     // (No co_await inside ?: here: GCC 12 mis-compiles that.)
     result<http_response> r = make_error(errc::network, "unreachable");
-    if (c->plain) r = co_await run(*c->plain, *c, request, dst, received, body_limit);
-    else r = co_await run(*c->secure, *c, request, dst, received, body_limit);
+    if (c->plain) r = co_await run(*c->plain, *c, request, dst, received, body_limit, clock);
+    else r = co_await run(*c->secure, *c, request, dst, received, body_limit, clock);
     bool nothing_arrived = !received || *received == before;
     if (!r && reused && nothing_arrived && r.error().code == errc::network) continue;
     c->lowest().expires_never();
@@ -342,13 +368,14 @@ result<std::shared_ptr<http_client>> http_client::create(http_endpoint endpoint,
   return client;
 }
 
-task<result<http_response>> http_client::exchange(const http_request& request, std::size_t body_limit_bytes) {
-  co_return co_await impl_->exchange(request, nullptr, nullptr, body_limit_bytes);
+task<result<http_response>> http_client::exchange(const http_request& request, std::size_t body_limit_bytes,
+                                                  request_clock* clock) {
+  co_return co_await impl_->exchange(request, nullptr, nullptr, body_limit_bytes, clock);
 }
 
 task<result<http_response>> http_client::exchange_into(const http_request& request, scatter_list dst,
-                                                       std::uint64_t& received_bytes) {
-  co_return co_await impl_->exchange(request, &dst, &received_bytes, 1 << 20);
+                                                       std::uint64_t& received_bytes, request_clock* clock) {
+  co_return co_await impl_->exchange(request, &dst, &received_bytes, 1 << 20, clock);
 }
 
 const http_endpoint& http_client::endpoint() const noexcept { return impl_->endpoint; }

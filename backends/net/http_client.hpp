@@ -46,12 +46,15 @@ struct http_endpoint {
   std::string host_header() const;
 };
 
+class request_clock;
+
 struct http_client_options {
   bool verify_peer = true;  // false: accept any certificate (explicit opt-out)
   std::string ca_file;      // PEM bundle; empty: system store (honours SSL_CERT_FILE / SSL_CERT_DIR)
-  std::chrono::milliseconds connect_timeout{10'000};
-  std::chrono::milliseconds first_byte_timeout{30'000};
-  std::chrono::milliseconds stall_timeout{30'000};
+  // Per wait, 0 = none (the meanings of tz::http_options); a request_clock may end a wait earlier.
+  std::chrono::milliseconds connect_timeout{5'000};
+  std::chrono::milliseconds first_byte_timeout{10'000};
+  std::chrono::milliseconds stall_timeout{10'000};
   std::size_t idle_connections_max = 64;
   std::string user_agent = "tensorizer-cpp/0.1";
 };
@@ -68,15 +71,18 @@ class http_client {
 
   // Sends request and reads the response; a body of at most body_limit_bytes lands in
   // response.body. Transport failures: errc::network (reset, EOF, refused), errc::timeout, or
-  // errc::auth for a rejected server certificate; messages name the URL and the stage.
-  task<result<http_response>> exchange(const http_request& request, std::size_t body_limit_bytes = 1 << 20);
+  // errc::auth for a rejected server certificate; messages name the URL and the stage, and a
+  // timeout names the limit that fired and after how long. When `clock` is given, no wait lasts
+  // past its limit and body bytes moved count as its progress.
+  task<result<http_response>> exchange(const http_request& request, std::size_t body_limit_bytes = 1 << 20,
+                                       request_clock* clock = nullptr);
 
   // Like exchange, but a 200/206 body whose Content-Length equals scatter_size(dst) is read straight
   // into dst (response.body_streamed). received_bytes counts the body bytes placed in dst so far,
   // also when the transfer fails midway, so the caller can resume. Other bodies are read into
   // response.body (up to 1 MiB) or, for 200/206 of the wrong length, left unread.
   task<result<http_response>> exchange_into(const http_request& request, scatter_list dst,
-                                            std::uint64_t& received_bytes);
+                                            std::uint64_t& received_bytes, request_clock* clock = nullptr);
 
   const http_endpoint& endpoint() const noexcept;
   const http_client_options& options() const noexcept;

@@ -1,4 +1,4 @@
-// Ranged-GET byte source over http_client (see ranged_source.hpp), plus the retry/backoff helpers.
+// Ranged-GET byte source over http_client (see ranged_source.hpp), plus the retrying exchange.
 #include "ranged_source.hpp"
 
 #include "retry.hpp"
@@ -7,32 +7,13 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
 #include <charconv>
-#include <random>
 
 namespace tz::net {
 namespace asio = boost::asio;
-
-task<void> backoff_sleep(const retry_options& options, int attempt, std::string_view retry_after_header) {
-  using std::chrono::milliseconds;
-  long long cap = options.backoff_max.count();
-  long long delay = options.backoff_initial.count() << std::min(attempt - 1, 20);
-  delay = std::min<long long>(delay, cap);
-  thread_local std::minstd_rand random{std::random_device{}()};
-  delay = delay / 2 + static_cast<long long>(random() % static_cast<unsigned long long>(delay / 2 + 1));
-  long long seconds = 0;
-  auto [end, ec] = std::from_chars(retry_after_header.data(), retry_after_header.data() + retry_after_header.size(), seconds);
-  if (ec == std::errc{} && end == retry_after_header.data() + retry_after_header.size())
-    delay = std::min(std::max(delay, seconds * 1000), cap);
-  asio::steady_timer timer(co_await asio::this_coro::executor, milliseconds(delay));
-  boost::system::error_code ignored;
-  co_await timer.async_wait(asio::redirect_error(use_task, ignored));
-}
 
 error status_error(const http_response& response, const request_hooks& hooks, const std::string& what) {
   std::string detail = hooks.describe ? hooks.describe(response) : std::string();
@@ -49,24 +30,27 @@ error status_error(const http_response& response, const request_hooks& hooks, co
 task<result<http_response>> exchange_with_retries(http_client& client, const std::function<http_request()>& make,
                                                   const request_hooks& hooks, const retry_options& retry,
                                                   const std::string& what, std::size_t body_limit_bytes) {
+  request_clock clock(retry);
   error last;
   std::string retry_after;
-  for (int attempt = 1; attempt <= std::max(1, retry.attempts_max); ++attempt) {
-    if (attempt > 1) co_await backoff_sleep(retry, attempt - 1, retry_after);
+  int attempt = 1;
+  for (;; ++attempt) {
+    if (attempt > 1) co_await backoff_sleep(retry, attempt - 1, retry_after, &clock);
     auto request = make();
     if (hooks.sign) hooks.sign(request);
-    auto response = co_await client.exchange(request, body_limit_bytes);
+    auto response = co_await client.exchange(request, body_limit_bytes, &clock);
     if (!response) {
       last = response.error();
       if (!retryable_error(last)) co_return last;
-      continue;
+    } else {
+      if (!retryable_status(response->status)) co_return response;
+      retry_after = std::string(response->header("Retry-After"));
+      last = status_error(*response, hooks, what);
     }
-    if (!retryable_status(response->status)) co_return response;
-    retry_after = std::string(response->header("Retry-After"));
-    last = status_error(*response, hooks, what);
+    clock.attempt_failed();
+    if (attempt >= std::max(1, retry.attempts_max) || clock.expired()) break;
   }
-  co_return make_error(last.code, what + ": failed after " + std::to_string(std::max(1, retry.attempts_max)) +
-                                      " attempts, last: " + last.message);
+  co_return retries_exhausted(last, what + ": failed", attempt, clock);
 }
 
 ranged_source::ranged_source(std::string name, std::shared_ptr<http_client> client, std::string target,
@@ -143,11 +127,12 @@ task<result<void>> ranged_source::read_range(std::uint64_t offset_bytes, std::ve
                                              std::string etag) {
   const std::uint64_t total = scatter_size(dst);
   std::uint64_t done = 0;
+  request_clock clock(options_.retry);
   error last;
   std::string retry_after;
   int attempts = 0, refills = 0, made = 0;
-  while (attempts < std::max(1, options_.retry.attempts_max)) {
-    if (attempts++ > 0) co_await backoff_sleep(options_.retry, attempts - 1, retry_after);
+  while (attempts < std::max(1, options_.retry.attempts_max) && (made == 0 || !clock.expired())) {
+    if (attempts++ > 0) co_await backoff_sleep(options_.retry, attempts - 1, retry_after, &clock);
     ++made;
     // Resume from the first byte not yet received.
     auto rest = scatter_slice(dst, done, total - done);
@@ -158,7 +143,7 @@ task<result<void>> ranged_source::read_range(std::uint64_t offset_bytes, std::ve
     for (const auto& [k, v] : options_.headers) request.headers.push_back({k, v});
     if (hooks_.sign) hooks_.sign(request);
     std::uint64_t got = 0;
-    auto response = co_await client_->exchange_into(request, rest, got);
+    auto response = co_await client_->exchange_into(request, rest, got, &clock);
     done += got;
     // Progress refills the budget, but only attempts_max times, so a slow drip cannot go on forever.
     if (got > 0 && refills < options_.retry.attempts_max) {
@@ -168,21 +153,23 @@ task<result<void>> ranged_source::read_range(std::uint64_t offset_bytes, std::ve
     if (!response) {
       last = response.error();
       if (!retryable_error(last)) co_return last;
+      clock.attempt_failed();
       continue;
     }
     if (retryable_status(response->status)) {
       retry_after = std::string(response->header("Retry-After"));
       last = status_error(*response, hooks_, name_);
+      clock.attempt_failed();
       continue;
     }
     if (response->status != 200 && response->status != 206) co_return status_error(*response, hooks_, name_);
     auto info_size = info_->size_bytes;
     co_return check_range_response(*response, first, total - (first - offset_bytes), info_size);
   }
-  co_return make_error(last.code, name_ + ": reading " + std::to_string(total) + " bytes at offset " +
-                                      std::to_string(offset_bytes) + " failed at offset " +
-                                      std::to_string(offset_bytes + done) + " after " + std::to_string(made) +
-                                      " attempts, last: " + last.message);
+  co_return retries_exhausted(last, name_ + ": reading " + std::to_string(total) + " bytes at offset " +
+                                        std::to_string(offset_bytes) + " failed at offset " +
+                                        std::to_string(offset_bytes + done),
+                              made, clock);
 }
 
 task<result<void>> ranged_source::read(std::uint64_t offset_bytes, scatter_list dst) {

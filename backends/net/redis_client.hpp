@@ -4,6 +4,7 @@
 
 #include "tz/error.hpp"
 #include "tz/http_source.hpp"
+#include "tz/redis_source.hpp"
 #include "tz/task.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -34,20 +35,27 @@ using redis_reply_ptr = std::unique_ptr<redisReply, redis_reply_free>;
 // Connections to one server, handed out to blocking work one at a time.
 class redis_pool {
  public:
-  redis_pool(std::string host, int port, std::chrono::milliseconds timeout, retry_options retry);
+  // Takes the timeouts and retry policy of options.
+  redis_pool(std::string host, int port, const redis_options& options);
 
   // Runs work(ctx) with a connection, reconnecting and retrying (with backoff) while the
   // connection itself fails (ctx->err set); other errors are returned as they are. Blocking.
+  // The commands work sends are bounded by the pool's timeouts and, with the retries, by one
+  // request_clock (retry.give_up_after, retry.deadline); a timeout fails with errc::timeout.
   result<void> with_connection(const std::function<result<void>(redisContext&)>& work, const std::string& what);
 
   const std::string& address() const noexcept { return address_; }
 
  private:
   result<redis_context_ptr> connect();
+  // One try of with_connection: true when out is final (work ran on a connection that held up),
+  // false when out holds a connection failure worth retrying.
+  bool attempt_once(const std::function<result<void>(redisContext&)>& work, const std::string& what,
+                    result<void>& out);
   std::string host_;
   int port_;
   std::string address_;  // "redis://host:port"
-  std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds connect_timeout_, first_byte_timeout_, stall_timeout_;
   retry_options retry_;
   std::mutex mutex_;
   std::vector<redis_context_ptr> idle_;
@@ -57,9 +65,11 @@ class redis_pool {
 redis_reply_ptr redis_command(redisContext& ctx, const std::vector<std::string_view>& argv);
 // Queues one binary-safe command for pipelining; replies are collected with redis_next_reply.
 bool redis_append(redisContext& ctx, const std::vector<std::string_view>& argv);
+// Sends what is queued and reads the next reply; inside with_connection every wait is bounded
+// (first reply byte: first_byte_timeout, then stall_timeout, both cut by the request clock).
 redis_reply_ptr redis_next_reply(redisContext& ctx);
 
-// Describes a failed command: the connection error, or the server's error reply.
+// Describes a failed command: the timeout that fired, the connection error, or the server's error reply.
 std::string redis_failure(redisContext& ctx, const redisReply* reply);
 
 template <class T>

@@ -107,7 +107,7 @@ class redis_source final : public byte_source {
  public:
   redis_source(std::string url, parsed_uri uri, const redis_options& options)
       : name_(std::move(url)), prefix_(uri.target), options_(options),
-        pool_(uri.host, uri.port, options.timeout, options.retry), workers_(std::max<std::size_t>(options.connections, 1)) {}
+        pool_(uri.host, uri.port, options), workers_(std::max<std::size_t>(options.connections, 1)) {}
   ~redis_source() override { workers_.join(); }
 
   const std::string& name() const noexcept override { return name_; }
@@ -264,7 +264,7 @@ result<std::unique_ptr<byte_source>> open_redis_source(const redis_options& opti
 
 task<result<void>> write_virtual_file(const redis_options& options, std::string url, std::span<const redis_range> ranges) {
   TZ_CO_TRY(uri, parse_redis_url(url));
-  redis_pool pool(uri.host, uri.port, options.timeout, options.retry);
+  redis_pool pool(uri.host, uri.port, options);
   asio::thread_pool worker(1);
   auto r = co_await net::run_blocking<result<void>>(worker, [&]() -> result<void> {
     return pool.with_connection([&](redisContext& ctx) { return write_ranges(ctx, uri.target, ranges, options.piece_bytes); },

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -67,6 +68,32 @@ result<void> download(scheduler& sched, byte_source& source, const std::string& 
 }
 
 }  // namespace
+
+result<void> set_time_limit(remote_options& o, std::string_view name, double seconds) {
+  struct limit {
+    std::string_view name;
+    std::chrono::milliseconds* http;
+    std::chrono::milliseconds* redis;
+    bool zero_allowed;  // 0 = no limit, for the request-wide ones
+  };
+  const limit limits[] = {{"connect_timeout", &o.http.connect_timeout, &o.redis.connect_timeout, false},
+                          {"first_byte_timeout", &o.http.first_byte_timeout, &o.redis.first_byte_timeout, false},
+                          {"stall_timeout", &o.http.stall_timeout, &o.redis.stall_timeout, false},
+                          {"give_up_after", &o.http.retry.give_up_after, &o.redis.retry.give_up_after, true},
+                          {"deadline", &o.http.retry.deadline, &o.redis.retry.deadline, true}};
+  for (const auto& l : limits) {
+    if (l.name != name) continue;
+    if (!(seconds >= 0 && seconds <= 86'400) || (!l.zero_allowed && seconds == 0))
+      return make_error(errc::invalid_argument, std::string(name) + " expects seconds, " +
+                                                    (l.zero_allowed ? "0 (none) to 86400" : "more than 0, at most 86400") +
+                                                    ", got " + std::to_string(seconds));
+    // A nonzero time never rounds down to 0, which would mean "no limit".
+    const auto ms = static_cast<long long>(seconds * 1000 + 0.5);
+    *l.http = *l.redis = std::chrono::milliseconds(seconds > 0 ? std::max(ms, 1LL) : 0);
+    return {};
+  }
+  return make_error(errc::invalid_argument, "unknown time limit '" + std::string(name) + "'");
+}
 
 result<std::shared_ptr<byte_source>> open_any(const std::string& file_or_uri, const remote_options& options) {
   if (!is_remote_uri(file_or_uri)) {

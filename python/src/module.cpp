@@ -52,6 +52,14 @@ std::optional<std::string> opt_str(const pyb::kwargs& kw, const char* name) {
   return pyb::cast<std::string>(v);
 }
 
+// The time limits in seconds (float; None = default), applied to the HTTP and Redis settings.
+void time_limits_from(const pyb::kwargs& kw, tz::remote_options& o) {
+  for (const char* name : tz::time_limit_names) {
+    if (!kw.contains(name) || pyb::object(kw[name]).is_none()) continue;
+    if (auto r = tz::set_time_limit(o, name, pyb::cast<double>(kw[name])); !r) throw pyb::value_error(r.error().message);
+  }
+}
+
 bool opt_bool(const pyb::kwargs& kw, const char* name) {
   return kw.contains(name) && !pyb::object(kw[name]).is_none() && pyb::cast<bool>(kw[name]);
 }
@@ -89,10 +97,13 @@ tz::remote_options remote_options_from(const pyb::kwargs& kw) {
                                       "s3_region",       "force_http",      "s3_virtual_host", "headers"};
   for (auto [key, value] : kw) {
     const auto name = pyb::cast<std::string>(key);
-    if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return name == k; }) == std::end(known))
+    auto is = [&](const char* k) { return name == k; };
+    if (std::none_of(std::begin(known), std::end(known), is) &&
+        std::none_of(std::begin(tz::time_limit_names), std::end(tz::time_limit_names), is))
       throw pyb::type_error("unexpected keyword argument '" + name + "'");
   }
   tz::remote_options o;
+  time_limits_from(kw, o);
   if (auto f = opt_str(kw, "ca_file")) o.http.ca_file = *f;
   o.http.verify_peer = !opt_bool(kw, "insecure");
   if (kw.contains("connections") && !pyb::object(kw["connections"]).is_none()) {

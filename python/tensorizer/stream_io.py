@@ -31,6 +31,13 @@ and signatures):
   open file descriptor (not closed with the stream). 2.11.1 fails on all three.
 * `fileno()` on remote streams raises ``io.UnsupportedOperation`` (2.11.1 returned -1);
   `response_headers` is an empty message (the native client does not expose them).
+* Every network wait is bounded, and the keyword-only `timeouts` argument (a mapping of seconds)
+  sets the limits: ``connect_timeout`` (5), ``first_byte_timeout`` (10), ``stall_timeout`` (10:
+  no byte moved for that long), ``give_up_after`` (20: a request fails once this much time went
+  to failed attempts, their fruitless waits and backoff; 0 = only the attempt count limits) and
+  ``deadline`` (0 = none: a hard limit per request that cuts even moving transfers). A silent or
+  dead server, or a stalled transfer, fails within about ``give_up_after`` (TimeoutError, naming
+  the limit that fired); slow transfers that keep moving are never cut.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ import urllib.parse
 import warnings
 import weakref
 from io import SEEK_CUR, SEEK_END, SEEK_SET
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 __all__ = ["open_stream", "CURLStreamFile", "RedisStreamFile", "CAInfo"]
 
@@ -61,6 +68,8 @@ default_s3_write_endpoint = "object.ord1.coreweave.com"
 _DEFAULT_READ_AHEAD_BYTES = 1 << 20
 _REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 _REDIRECTS_MAX = 10
+# The native engine's time limits, in seconds, accepted in a `timeouts` mapping.
+_TIME_LIMITS = ("connect_timeout", "first_byte_timeout", "stall_timeout", "give_up_after", "deadline")
 
 
 def _native():
@@ -178,6 +187,23 @@ def _tls_options(certificate_handling: Optional[CAInfo]) -> Dict[str, Any]:
     return certificate_handling.remote_options()
 
 
+def _time_options(timeouts: Optional[Mapping[str, Optional[float]]]) -> Dict[str, float]:
+    """The native options for a `timeouts` mapping (seconds by limit name; None keeps a default)."""
+    if timeouts is None:
+        return {}
+    unknown = sorted(set(timeouts) - set(_TIME_LIMITS))
+    if unknown:
+        raise TypeError(f"unknown timeouts {unknown}; the limits are {', '.join(_TIME_LIMITS)}")
+    options = {name: float(seconds) for name, seconds in timeouts.items() if seconds is not None}
+    # Checked here too (the engine checks again) so a bad value is a ValueError, not a failed open.
+    for name, seconds in options.items():
+        zero_allowed = name in ("give_up_after", "deadline")
+        if not (0 <= seconds <= 86400) or (seconds == 0 and not zero_allowed):
+            raise ValueError(f"timeouts[{name!r}] must be {'0 (none) to' if zero_allowed else 'more than 0 and at most'}"
+                             f" 86400 seconds, got {seconds}")
+    return options
+
+
 def _check_range(begin: Optional[int], end: Optional[int]) -> int:
     begin = 0 if begin is None else begin
     if begin < 0:
@@ -198,6 +224,8 @@ def _quote_url(url: str) -> str:
 
 def _resolve_redirects(url: str, tls: Dict[str, Any]) -> str:
     """Follows HTTP redirects from `url` with HEAD requests; returns the final URL."""
+    # http.client has one timeout for every socket operation: the longer of connect and first byte.
+    wait = max(tls.get("connect_timeout", 5.0), tls.get("first_byte_timeout", 10.0))
     for _ in range(_REDIRECTS_MAX):
         parts = urllib.parse.urlsplit(url)
         if parts.scheme.lower() == "https":
@@ -205,9 +233,9 @@ def _resolve_redirects(url: str, tls: Dict[str, Any]) -> str:
             if tls.get("insecure"):
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
-            conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=30, context=context)
+            conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=wait, context=context)
         else:
-            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=wait)
         try:
             target = parts.path or "/"
             if parts.query:
@@ -415,14 +443,17 @@ class CURLStreamFile(_RemoteStream):
 
     `begin` is the first byte and start position, `end` the exclusive end of the readable range.
     `headers` are sent with every request. `buffer_size` is the read-ahead for small reads.
-    `certificate_handling` is a `CAInfo` or None. Raises OSError("Failed to open stream: ...") when
-    the URL cannot be read (404, refused connection, rejected certificate, no range support)."""
+    `certificate_handling` is a `CAInfo` or None; `timeouts` the time limits (see the module
+    docstring). Raises OSError("Failed to open stream: ...") when the URL cannot be read (404,
+    refused connection, rejected certificate, no range support; TimeoutError for a silent server)."""
 
     def __init__(self, uri: str, begin: Optional[int] = None, end: Optional[int] = None,
                  headers: Optional[Dict[str, Any]] = None, *, buffer_size: Optional[int] = None,
-                 certificate_handling: Optional[CAInfo] = None) -> None:
+                 certificate_handling: Optional[CAInfo] = None,
+                 timeouts: Optional[Mapping[str, Optional[float]]] = None) -> None:
         _check_range(begin, end)
         options = _tls_options(certificate_handling)
+        options.update(_time_options(timeouts))
         if headers:
             options["headers"] = [(str(k), str(v)) for k, v in headers.items()]
         uri = _quote_url(uri)
@@ -443,14 +474,15 @@ class CURLStreamFile(_RemoteStream):
 class RedisStreamFile(_RemoteStream):
     """A seekable read-only stream over a Redis "virtual file" (format/FORMAT.md §13):
     ``redis://host[:port]/<prefix>`` names keys ``<prefix>:<name>:<offset>``. `begin` is the start
-    position, `end` the exclusive end; `buffer_size` is the read-ahead for small reads. Raises
-    OSError("Failed to open stream: ...") when no keys exist under the prefix or Redis is unreachable."""
+    position, `end` the exclusive end; `buffer_size` is the read-ahead for small reads; `timeouts`
+    the time limits (see the module docstring). Raises OSError("Failed to open stream: ...") when no
+    keys exist under the prefix or Redis is unreachable (TimeoutError when it does not answer)."""
 
     def __init__(self, uri: str, *, begin: Optional[int] = None, end: Optional[int] = None,
-                 buffer_size: Optional[int] = None) -> None:
+                 buffer_size: Optional[int] = None, timeouts: Optional[Mapping[str, Optional[float]]] = None) -> None:
         _check_range(begin, end)
         started = time.monotonic()
-        source = _open_source(uri, {})
+        source = _open_source(uri, _time_options(timeouts))
         self.setup_latency = time.monotonic() - started
         super().__init__(source, begin=begin, end=end, buffer_size=buffer_size, name=uri,
                          open_seconds=self.setup_latency)
@@ -500,13 +532,14 @@ class _S3UploadFile(io.BufferedRandom):
 
 
 def _s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, force_http, s3_region_name,
-                s3_signature_version, s3_session_token, certificate_handling) -> Dict[str, Any]:
+                s3_signature_version, s3_session_token, certificate_handling, timeouts=None) -> Dict[str, Any]:
     if s3_signature_version is not None and s3_signature_version.lower() not in ("v4", "s3v4"):
         warnings.warn(
             f"s3_signature_version={s3_signature_version!r} is not supported; requests are signed with SigV4",
             stacklevel=3,
         )
     options = _tls_options(certificate_handling)
+    options.update(_time_options(timeouts))
     for key, value in (
         ("s3_access_key_id", s3_access_key_id),
         ("s3_secret_access_key", s3_secret_access_key),
@@ -536,10 +569,11 @@ def s3_upload(path: str, target_uri: str, s3_access_key_id: Optional[str] = None
               s3_secret_access_key: Optional[str] = None, s3_endpoint: Optional[str] = None,
               s3_region_name: Optional[str] = None, s3_signature_version: Optional[str] = None, *,
               s3_config_path=None, force_http: Optional[bool] = None, s3_session_token: Optional[str] = None,
-              certificate_handling: Optional[CAInfo] = None) -> None:
+              certificate_handling: Optional[CAInfo] = None,
+              timeouts: Optional[Mapping[str, Optional[float]]] = None) -> None:
     """Uploads the local file `path` to `target_uri` (s3://bucket/key). Returns when S3 has it."""
     options = _s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, force_http,
-                          s3_region_name, s3_signature_version, s3_session_token, certificate_handling)
+                          s3_region_name, s3_signature_version, s3_session_token, certificate_handling, timeouts)
     try:
         _uploader()(os.fspath(path), target_uri, **options)
     except (TypeError, NotImplementedError):
@@ -553,11 +587,12 @@ def s3_download(path_uri: str, s3_access_key_id: Optional[str] = None, s3_secret
                 s3_signature_version: Optional[str] = None, buffer_size: Optional[int] = None,
                 begin: Optional[int] = None, end: Optional[int] = None,
                 certificate_handling: Optional[CAInfo] = None, *, s3_config_path=None,
-                force_http: Optional[bool] = None, s3_session_token: Optional[str] = None) -> CURLStreamFile:
+                force_http: Optional[bool] = None, s3_session_token: Optional[str] = None,
+                timeouts: Optional[Mapping[str, Optional[float]]] = None) -> CURLStreamFile:
     """A read stream over s3://bucket/key (a `CURLStreamFile`, as in tensorizer)."""
     _check_range(begin, end)
     options = _s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, force_http,
-                          s3_region_name, s3_signature_version, s3_session_token, certificate_handling)
+                          s3_region_name, s3_signature_version, s3_session_token, certificate_handling, timeouts)
     started = time.monotonic()
     source = _open_source(path_uri, options)
     return CURLStreamFile._from_source(source, begin=begin, end=end, buffer_size=buffer_size, name=path_uri,
@@ -587,6 +622,7 @@ def open_stream(
     s3_signature_version: Optional[str] = None,
     certificate_handling: Optional[CAInfo] = None,
     s3_session_token: Optional[str] = None,
+    timeouts: Optional[Mapping[str, Optional[float]]] = None,
 ) -> Union[CURLStreamFile, RedisStreamFile, typing.BinaryIO]:
     """Opens a local path, ``file://``, ``http(s)://``, ``s3://`` or ``redis://`` location.
 
@@ -604,7 +640,9 @@ def open_stream(
       (ValueError otherwise); write modes create missing parent directories.
 
     `buffer_size` is the read-ahead of remote streams (default 1 MiB). `certificate_handling` is a
-    `CAInfo` for https:// and S3 over https. Remote opens raise OSError("Failed to open stream: ...")
+    `CAInfo` for https:// and S3 over https. `timeouts` maps time limits to seconds for remote
+    streams, e.g. ``{"first_byte_timeout": 5, "give_up_after": 15}`` (the names and defaults are in
+    the module docstring). Remote opens raise OSError("Failed to open stream: ...")
     (FileNotFoundError for a missing object, PermissionError for rejected credentials where the
     engine reports those kinds).
     """
@@ -622,21 +660,23 @@ def open_stream(
         if normalized_mode != "br":
             raise ValueError('Only the mode "rb" is valid when opening http(s):// streams.')
         return CURLStreamFile(path_uri, begin=begin, end=end, buffer_size=buffer_size,
-                              certificate_handling=certificate_handling)
+                              certificate_handling=certificate_handling, timeouts=timeouts)
     if scheme == "redis":
         if normalized_mode != "br":
             raise ValueError('Only the mode "rb" is valid when opening redis:// streams.')
-        return RedisStreamFile(path_uri, begin=begin, end=end, buffer_size=buffer_size)
+        return RedisStreamFile(path_uri, begin=begin, end=end, buffer_size=buffer_size, timeouts=timeouts)
     if scheme == "s3":
         if normalized_mode not in ("br", "bw", "ab", "+bw", "+ab"):
             raise ValueError('Only the modes "rb", "wb[+]", and "ab[+]" are valid when opening s3:// streams.')
         if "w" in mode or "a" in mode:
             options = _s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, force_http,
-                                  s3_region_name, s3_signature_version, s3_session_token, certificate_handling)
+                                  s3_region_name, s3_signature_version, s3_session_token, certificate_handling,
+                                  timeouts)
             return typing.cast(typing.BinaryIO, _S3UploadFile(path_uri, options, _uploader()))
         return s3_download(path_uri, s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_region_name,
                            s3_signature_version, buffer_size, begin, end, certificate_handling,
-                           s3_config_path=s3_config_path, force_http=force_http, s3_session_token=s3_session_token)
+                           s3_config_path=s3_config_path, force_http=force_http, s3_session_token=s3_session_token,
+                           timeouts=timeouts)
     if scheme == "file":
         path_uri = _local_path_of_file_uri(path_uri)
     return _open_local(path_uri, mode, buffer_size, begin)

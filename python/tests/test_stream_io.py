@@ -7,8 +7,10 @@ import http.server
 import io
 import os
 import shutil
+import socket
 import subprocess
 import threading
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -444,6 +446,63 @@ def test_http_custom_headers_are_sent():
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def silent_server():
+    """A loopback TCP server that accepts connections and reads what is sent, but never answers
+    (an HTTP or Redis server that hangs). Yields its port."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held, stop = [], threading.Event()
+
+    def serve():
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            held.append(conn)  # kept open, never written to
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield listener.getsockname()[1]
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+# Short limits so the tests take seconds; the defaults are measured by hand (README).
+QUICK_TIMEOUTS = {"connect_timeout": 1, "first_byte_timeout": 1, "stall_timeout": 1, "give_up_after": 2.5}
+
+
+@pytest.mark.parametrize("scheme", ["http", "redis"])
+def test_a_silent_server_fails_with_a_timeout_naming_the_limit(silent_server, scheme):
+    native()
+    uri = f"{scheme}://127.0.0.1:{silent_server}/x.tensors"
+    started = time.monotonic()
+    with pytest.raises(TimeoutError) as raised:
+        open_stream(uri, timeouts=QUICK_TIMEOUTS)
+    assert time.monotonic() - started < 60  # a hang guard only: the machine is shared
+    message = str(raised.value)
+    assert message.startswith("Failed to open stream:"), message
+    assert f"127.0.0.1:{silent_server}" in message, message
+    assert "give-up limit (2.5 s lost to failed attempts) reached" in message, message
+    assert "failed after" in message and "attempts" in message, message
+
+
+def test_timeouts_are_checked():
+    native()
+    with pytest.raises(TypeError, match="unknown timeouts"):
+        open_stream("http://127.0.0.1:9/x", timeouts={"read_timeout": 1})
+    with pytest.raises(ValueError, match="stall_timeout"):
+        open_stream("http://127.0.0.1:9/x", timeouts={"stall_timeout": 0})
+    with pytest.raises(ValueError, match="deadline"):
+        open_stream("http://127.0.0.1:9/x", timeouts={"deadline": -1})
 
 
 def test_http_reads_ranges_and_seeks(nginx):

@@ -16,7 +16,10 @@
 namespace tz {
 
 struct redis_options {
-  std::chrono::milliseconds timeout{30'000};  // connect and each blocking command
+  // Per attempt (0 = none), as for HTTP; retry.give_up_after and retry.deadline cut them shorter.
+  std::chrono::milliseconds connect_timeout{5'000};      // TCP connect
+  std::chrono::milliseconds first_byte_timeout{10'000};  // command sent -> first reply byte
+  std::chrono::milliseconds stall_timeout{10'000};       // no reply byte received (or sent) for this long
   std::size_t connections = 4;                // blocking worker threads, one connection each
   std::uint64_t piece_bytes = 8ull << 20;     // GETRANGE / APPEND size: large bulk replies are slow in hiredis
   retry_options retry;
@@ -27,7 +30,8 @@ struct redis_options {
 // Keys are sent as binary-safe argv, so names with spaces or quotes work. All blocking hiredis
 // calls run on the source's own worker threads; the awaiting coroutine is resumed on its executor.
 // Errors: errc::not_found (no keys under the prefix, or a gap in the byte layout),
-// errc::network (after the retry budget), errc::invalid_argument (bad URL, read past the end).
+// errc::timeout (naming the timeout that fired), errc::network (after the retry budget),
+// errc::invalid_argument (bad URL, read past the end).
 result<std::unique_ptr<byte_source>> open_redis_source(const redis_options& options, std::string url);
 
 // One key of a virtual file; the layout itself is format::redis_layout's.

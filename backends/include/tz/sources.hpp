@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tz {
@@ -23,6 +24,14 @@ struct remote_options {
   s3_options s3;        // s3:// (its .http carries the same TLS and connection settings)
   redis_options redis;  // redis://
 };
+
+// The time limits, by their Python keyword names; the CLI options are "--" + the name with '-'
+// for '_' (--connect-timeout). In seconds, for http(s)://, s3:// and redis:// alike.
+inline const char* const time_limit_names[] = {"connect_timeout", "first_byte_timeout", "stall_timeout",
+                                               "give_up_after", "deadline"};
+// Sets one of them; errc::invalid_argument for an unknown name or a time out of range (the
+// per-wait timeouts must be positive; give_up_after and deadline take 0 for "no limit").
+result<void> set_time_limit(remote_options& o, std::string_view name, double seconds);
 
 // Opens a local path (io_uring file source) or a remote URI, chosen by parse_uri's scheme. Nothing
 // is fetched yet for remote sources (size() is the first round trip). Fails with the backend's
