@@ -8,7 +8,7 @@ set -euo pipefail
 apt_packages=(
   nginx redis-server redis-tools radosgw ceph-mon ceph-osd
   libboost1.81-dev liburing-dev libssl-dev libsodium-dev libhiredis-dev libprotobuf-dev protobuf-compiler
-  doctest-dev zlib1g-dev libisal-dev pkg-config ninja-build cmake g++ curl openssl python3-venv
+  doctest-dev zlib1g-dev libisal-dev pkg-config ninja-build cmake g++ curl openssl python3-venv ccache
 )
 # The Python peers: the real tensorizer writes and reads files for the cross tests.
 # torch is pinned because 2.13.0 resolves to a CPU wheel on this machine's local index; an unpinned

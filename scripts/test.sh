@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite: set up, configure, build with every core, run CTest; exits non-zero on any failure.
 #
-# Environment: TZ_BUILD_DIR (default build) picks the build directory; TZ_SANITIZE_PASS=address (or
-# thread) adds a second build and CTest run in "$TZ_BUILD_DIR-<sanitizer>" with that sanitizer.
+# Environment: TZ_BUILD_DIR (default build) picks the build directory. TZ_SANITIZE_PASS (default
+# address: ASan+UBSan; thread for TSan; none to skip) adds a second build and CTest run in
+# "$TZ_BUILD_DIR-<sanitizer>" over the suites named in sanitize_targets / sanitize_tests below.
+# TZ_FUZZ_SMOKE_S (default 5) is the seconds each libFuzzer harness runs on its seeds (0 skips).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -10,6 +12,21 @@ build_dir=${TZ_BUILD_DIR:-build}
 jobs=$(nproc)
 # CMake must run the cross tests with the interpreter setup.sh installed the Python peers into.
 python=$(python3 -c 'import sys; print(sys.executable)')
+
+# Rebuilds of unchanged sources (the sanitizer pass, a second clone on the same machine) hit ccache.
+if command -v ccache >/dev/null 2>&1; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+fi
+
+# What the sanitizer pass covers: the code that parses untrusted bytes and moves them (base, crypto,
+# format and its malformed-input and fuzz-regression replays, the engine's host and emulated-device
+# pipelines with fault injection, the network clients against the real servers). Not covered: the
+# Python package, the benchmarks and the CLI shell tests, which run the same code from outside.
+sanitize_targets=(base_test crypto_test hash_test format_test format_malformed_test loader_test
+                  device_load_emulated_test cuda_emulation_test net_test
+                  fuzz_replay_tensors_file fuzz_replay_tensors_prefix fuzz_replay_crypt_info fuzz_replay_safetensors
+                  fuzz_replay_s3_xml fuzz_replay_redis_reply fuzz_replay_http_response)
+sanitize_tests='^(base_test|crypto_test|hash_test|format_test|format_malformed_test|loader_test|device_load_emulated_test|cuda_emulation_test|net_test_.*|fuzz_replay_.*)(_reference)?$'
 
 phase() { printf '\ntest.sh: == %s (%d s so far)\n' "$*" "$SECONDS"; }
 
@@ -37,7 +54,20 @@ phase "python tests"
 phase "python benchmark (smoke)"
 "$build_dir/venv/bin/python" bench/python_load_bench.py --smoke --cli "$build_dir/bin/tensorizer" \
   --ours-python "$build_dir/venv/bin/python"
-if [ -n "${TZ_SANITIZE_PASS:-}" ]; then
-  configure_build_test "$build_dir-$TZ_SANITIZE_PASS" -DTZ_SANITIZE="$TZ_SANITIZE_PASS" -DTZ_BUILD_BENCH=OFF
+fuzz_smoke_s=${TZ_FUZZ_SMOKE_S:-5}
+if [ "$fuzz_smoke_s" != 0 ]; then
+  phase "fuzz smoke: every libFuzzer harness ${fuzz_smoke_s} s on its seeds (clang, build-fuzz)"
+  tests/fuzz/smoke.sh "$fuzz_smoke_s"
+fi
+sanitize=${TZ_SANITIZE_PASS:-address}
+if [ "$sanitize" != none ]; then
+  dir="$build_dir-$sanitize"
+  phase "configure $dir (TZ_SANITIZE=$sanitize)"
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE="$python" \
+    -DTZ_SANITIZE="$sanitize" -DTZ_BUILD_BENCH=OFF
+  phase "build $dir: ${sanitize_targets[*]}"
+  cmake --build "$dir" --parallel "$jobs" --target "${sanitize_targets[@]}"
+  phase "ctest $dir ($sanitize_tests)"
+  ctest --test-dir "$dir" --output-on-failure -j2 --no-tests=error -R "$sanitize_tests"
 fi
 phase "all passed"
