@@ -1,6 +1,8 @@
 // Blocking hiredis 0.14 helpers: connections, argv commands, pooled reconnects (see redis_client.hpp).
 #include "redis_client.hpp"
 
+#include "redis_reply.hpp"
+
 #include <hiredis/hiredis.h>
 
 #include <algorithm>
@@ -51,8 +53,7 @@ redis_reply_ptr redis_next_reply(redisContext& ctx) {
 std::string redis_failure(redisContext& ctx, const redisReply* reply) {
   if (ctx.err) return "connection error: " + std::string(ctx.errstr);
   if (!reply) return "no reply";
-  if (reply->type == REDIS_REPLY_ERROR) return "server error: " + std::string(reply->str, reply->len);
-  return "unexpected reply type " + std::to_string(reply->type);
+  return describe_reply(*reply);
 }
 
 redis_pool::redis_pool(std::string host, int port, std::chrono::milliseconds timeout, retry_options retry)
@@ -64,6 +65,7 @@ result<redis_context_ptr> redis_pool::connect() {
   if (!ctx) return make_error(errc::network, address_ + ": cannot allocate a hiredis context");
   if (ctx->err) return make_error(errc::network, address_ + ": connect failed: " + std::string(ctx->errstr));
   redisSetTimeout(ctx.get(), to_timeval(timeout_));
+  guard_redis_reader(*ctx->reader);
   return ctx;
 }
 
