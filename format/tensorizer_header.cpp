@@ -107,7 +107,9 @@ result<void> check_against_entry(const tensor_header& h, const file_header& fh, 
                                         "' is not encrypted in an encrypted file");
   if (h.crypt && h.crypt->cipher && !h.crypt->cipher->sequential) {
     const auto& x = *h.crypt->cipher;
-    const std::uint64_t want = (e.data_length + x.chunk_bytes - 1) / x.chunk_bytes;
+    // ceil(data_length / chunk_bytes) without the overflow of (data_length + chunk_bytes - 1) for a
+    // chunk size near 2^64, which would let a MAC-less block pass for a non-empty tensor.
+    const std::uint64_t want = e.data_length / x.chunk_bytes + (e.data_length % x.chunk_bytes != 0);
     if (x.macs.size() != want)
       return header_mismatch(source, e, "num_macs", std::to_string(want), std::to_string(x.macs.size()));
   }

@@ -6,6 +6,11 @@ set(tz_net_src ${PROJECT_SOURCE_DIR}/backends/net)
 # Imported targets are directory-scoped: the one of backends/net.cmake is not visible here.
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 
+if(NOT TZ_FUZZ)
+  add_library(tz_fuzz_replay_main OBJECT ${tz_fuzz_dir}/replay_main.cpp)
+  tz_target_defaults(tz_fuzz_replay_main)
+endif()
+
 # tz_fuzz_harness(NAME SOURCES... LIBS... INCLUDES...): tests/fuzz/fuzz_NAME.cpp plus the parser sources it
 # needs beyond LIBS (the network parsers are compiled in directly, not through tz_net).
 function(tz_fuzz_harness name)
@@ -16,7 +21,7 @@ function(tz_fuzz_harness name)
     target_link_options(${target} PRIVATE -fsanitize=fuzzer)
   else()
     set(target fuzz_replay_${name})
-    add_executable(${target} ${tz_fuzz_dir}/fuzz_${name}.cpp ${ARG_SOURCES} ${tz_fuzz_dir}/replay_main.cpp)
+    add_executable(${target} ${tz_fuzz_dir}/fuzz_${name}.cpp ${ARG_SOURCES} $<TARGET_OBJECTS:tz_fuzz_replay_main>)
     add_test(NAME ${target} COMMAND ${target} ${tz_fuzz_dir}/seeds/${name} ${tz_fuzz_dir}/regressions/${name})
   endif()
   target_include_directories(${target} PRIVATE ${tz_fuzz_dir} ${tz_net_src} ${ARG_INCLUDES})

@@ -7,7 +7,7 @@ namespace tz::net {
 namespace {
 
 bool is_text(const redisReply* r) {
-  return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) && r->len >= 0 &&
+  return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
          (r->str != nullptr || r->len == 0);
 }
 

@@ -41,7 +41,7 @@ nice -n 19 cmake --build "$build" --target "${targets[@]}" -j"$(nproc)" >/dev/nu
 [ "${TZ_FUZZ_FRESH:-0}" = 1 ] && rm -rf "$work"
 mkdir -p "$work"
 rm -rf "$work/seeds"
-"$build/bin/fuzz_make_seeds" "$work/seeds" >/dev/null
+ASAN_OPTIONS=detect_leaks=0 "$build/bin/fuzz_make_seeds" "$work/seeds" >/dev/null
 
 summary="$work/summary.tsv"
 printf 'harness\tseconds\texecutions\texec_per_s\tedges\tfeatures\tcorpus\tfindings\n' >"$summary"
@@ -50,16 +50,18 @@ for h in "${harnesses[@]}"; do
   corpus="$work/corpus/$h" artifacts="$work/artifacts/$h/" log="$work/$h.log"
   mkdir -p "$corpus" "$artifacts"
   before=$(find "$artifacts" -type f | wc -l)
+  inputs=("$corpus" "$work/seeds/$h")
+  for d in "$fuzz_src/seeds/$h" "$fuzz_src/regressions/$h"; do [ -d "$d" ] && inputs+=("$d"); done
   # libFuzzer exits non-zero on a finding; the summary below reports it.
   # shellcheck disable=SC2086
-  nice -n 19 "$build/bin/fuzz_$h" "$corpus" "$work/seeds/$h" "$fuzz_src/seeds/$h" "$fuzz_src/regressions/$h" \
+  nice -n 19 "$build/bin/fuzz_$h" "${inputs[@]}" \
     -dict="$fuzz_src/dicts/$h.dict" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -malloc_limit_mb=512 -max_len=16384 -print_final_stats=1 -artifact_prefix="$artifacts" \
     ${TZ_FUZZ_ARGS:-} >"$log" 2>&1 || true
   execs=$(awk '/stat::number_of_executed_units:/ {s += $2} END {print s + 0}' "$log")
   rate=$(awk '/stat::average_exec_per_sec:/ {s += $2} END {print s + 0}' "$log")
-  edges=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}')
-  features=$(grep -oE 'ft: [0-9]+' "$log" | tail -1 | awk '{print $2}')
+  edges=$(awk '{for (i = 1; i < NF; ++i) if ($i == "cov:") v = $(i + 1)} END {print v + 0}' "$log")
+  features=$(awk '{for (i = 1; i < NF; ++i) if ($i == "ft:") v = $(i + 1)} END {print v + 0}' "$log")
   findings=$(( $(find "$artifacts" -type f | wc -l) - before ))
   [ "$findings" -eq 0 ] || found=1
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$h" "$seconds" "$execs" "$rate" "${edges:-0}" "${features:-0}" \

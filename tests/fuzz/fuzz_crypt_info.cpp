@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto& x = *info->cipher;
   fuzz::require(x.sequential ? x.macs.size() == 1 : x.chunk_bytes >= 1024 && x.chunk_bytes % 64 == 0,
                 "cipher chunk fields as checked");
-  if (!x.sequential && x.macs.size() != (data_length + x.chunk_bytes - 1) / x.chunk_bytes) return 0;
+  if (!x.sequential && x.macs.size() != data_length / x.chunk_bytes + (data_length % x.chunk_bytes != 0)) return 0;
   tensor_header h;
   h.name = "fuzz";
   h.data_length = data_length;

@@ -74,6 +74,12 @@ std::vector<std::byte> write_tensors(const std::string& name, tensor_encryptor* 
   b.shape = {3};
   b.data = b.data.first(12);
   unwrap(w.write(b));
+  std::vector<float> wide(24, 0.25f);  // 96 bytes: over 64, as a chunk-count overflow needs
+  tensor_write v = t;
+  v.path = plain_path("wide");
+  v.shape = {24};
+  v.data = std::as_bytes(std::span(wide));
+  unwrap(w.write(v));
   if (opaque) {
     std::vector<std::uint16_t> bf{0x3f80, 0x4000};
     tensor_write o;

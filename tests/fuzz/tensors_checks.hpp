@@ -61,6 +61,11 @@ inline void check_tensor_header(const format::tensor_header& h, std::span<const 
     require(std::memcmp(bytes.data() + sh.value_offset, sh.value.data(), sh.value.size()) == 0, "hash value is the stored bytes");
   }
   require(h.crypt_begin <= h.crypt_end && h.crypt_end <= bytes.size(), "crypt block inside the header");
+  if (h.crypt && h.crypt->cipher && !h.crypt->cipher->sequential && h.data_length > 0) {
+    const auto& x = *h.crypt->cipher;
+    require(x.macs.size() == h.data_length / x.chunk_bytes + (h.data_length % x.chunk_bytes != 0),
+            "one MAC per chunk of the data");
+  }
   require(h.hash_prefix.size() == bytes.size() - (h.crypt_end - h.crypt_begin), "H is the header less its crypt block");
   if (fh.has_crypt_info() && h.crypt_end > h.crypt_begin) {
     const auto body = bytes.subspan(h.crypt_begin + 8, h.crypt_end - h.crypt_begin - 8);
