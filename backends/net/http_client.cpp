@@ -267,6 +267,10 @@ task<result<http_response>> http_client::impl::run(Stream& stream, connection& c
     response.body_streamed = true;
     co_return response;
   }
+  if (auto ec = check_body_length(parser, body_limit)) {
+    c.reusable = false;  // body left unread
+    co_return fail("reading the body of " + request.method, request.target, ec);
+  }
   string_body_parser body_parser{std::move(parser)};
   prepare_body_parser(body_parser, body_limit);
   c.lowest().expires_after(options.stall_timeout);

@@ -68,6 +68,11 @@ http_response response_of_head(const head_parser& parser) {
   return response;
 }
 
+error_code check_body_length(const head_parser& parser, std::size_t body_limit) {
+  if (parser.content_length() && *parser.content_length() > body_limit) return http::error::body_limit;
+  return {};
+}
+
 void prepare_body_parser(string_body_parser& parser, std::size_t body_limit) { parser.body_limit(body_limit); }
 
 result<http_response> parse_response_bytes(std::span<const char> bytes, std::string_view method,
@@ -79,6 +84,8 @@ result<http_response> parse_response_bytes(std::span<const char> bytes, std::str
     return make_error(errc::network, "reading the response header of " + std::string(method) + " failed: " + ec.message());
   auto response = response_of_head(head);
   if (head.is_done()) return response;
+  if (auto ec = check_body_length(head, body_limit))
+    return make_error(errc::network, "reading the body of " + std::string(method) + " failed: " + ec.message());
   string_body_parser body{std::move(head)};
   prepare_body_parser(body, body_limit);
   if (auto ec = read_in_memory(bytes, buffer, body, false, read_bytes))

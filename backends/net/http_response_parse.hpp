@@ -21,6 +21,10 @@ using string_body_parser = boost::beast::http::response_parser<boost::beast::htt
 void prepare_head_parser(head_parser& parser, std::string_view method);
 // Status, fields and Content-Length of a parsed head.
 http_response response_of_head(const head_parser& parser);
+// Refuses (Beast's error::body_limit) a Content-Length over body_limit before a body parser takes
+// over: the head was parsed without a body limit, and Beast's string body reserves the declared
+// length up front, so a hostile "Content-Length: 10^16" would otherwise be one huge allocation.
+boost::system::error_code check_body_length(const head_parser& parser, std::size_t body_limit);
 // The body parser taking over from the head parser: bodies over body_limit bytes are refused.
 void prepare_body_parser(string_body_parser& parser, std::size_t body_limit);
 
