@@ -104,6 +104,27 @@ result<void> decrypt_tensor(const tensor_header& h, std::span<std::byte> data, c
   return decrypt_chunks(h, data, {0, n}, *key, source);
 }
 
+std::vector<std::byte> encode_crypt_info(const crypt_info& info) {
+  std::vector<std::byte> body;
+  put(body, (info.kdf ? 1 : 0) + (info.cipher ? 1 : 0), 2);
+  if (info.kdf) {
+    const auto& k = *info.kdf;
+    put(body, 2 + 2 + 8 + 8 + 4 + 2 + k.salt.size(), 8), put(body, 1, 2), put(body, 1, 2);
+    put(body, k.opslimit, 8), put(body, k.memlimit, 8);
+    put(body, static_cast<std::uint32_t>(k.alg), 4), put(body, k.salt.size(), 2);
+    put_raw(body, k.salt);
+  }
+  if (info.cipher) {
+    const auto& x = *info.cipher;
+    put(body, 2 + (x.sequential ? 0 : 16) + 24 + 16 * x.macs.size(), 8), put(body, x.sequential ? 3 : 2, 2);
+    if (!x.sequential) put(body, x.chunk_bytes, 8);
+    put_raw(body, x.nonce);
+    if (!x.sequential) put(body, x.macs.size(), 8);
+    for (const auto& m : x.macs) put_raw(body, m);
+  }
+  return body;
+}
+
 tensorizer_encryptor tensorizer_encryptor::from_key(crypto::secret_key key) {
   return tensorizer_encryptor(std::move(key), std::nullopt);
 }
@@ -132,20 +153,14 @@ result<std::vector<std::byte>> tensorizer_encryptor::encrypt(std::span<std::byte
       return make_error(errc::crypto, "illegal nonce reuse while encrypting");
   for (std::uint64_t i = 0; i < chunks; ++i) used_nonces_.insert(crypto::increment_nonce(initial, i));
   const auto macs = crypto::seal_tensor(data, key_, initial);
-  std::vector<std::byte> body;
-  put(body, kdf_ ? 2 : 1, 2);
-  if (kdf_) {
-    put(body, 42, 8), put(body, 1, 2), put(body, 1, 2);
-    put(body, kdf_->opslimit, 8), put(body, kdf_->memlimit_bytes, 8);
-    put(body, static_cast<std::uint32_t>(kdf_->alg), 4), put(body, 16, 2);
-    put_raw(body, kdf_->salt);
-  }
-  put(body, 42 + 16 * macs.size(), 8), put(body, 2, 2);
-  put(body, crypto::chunk_size_bytes, 8);
-  put_raw(body, initial);
-  put(body, macs.size(), 8);
-  for (const auto& m : macs) put_raw(body, m);
-  return body;
+  crypt_info info;
+  if (kdf_) info.kdf = kdf_chunk{kdf_->opslimit, kdf_->memlimit_bytes, kdf_->alg,
+                                 std::vector<std::uint8_t>(kdf_->salt.begin(), kdf_->salt.end())};
+  auto& x = info.cipher.emplace();
+  x.chunk_bytes = crypto::chunk_size_bytes;
+  std::copy(initial.begin(), initial.end(), x.nonce.begin());
+  for (const auto& m : macs) std::copy(m.begin(), m.end(), x.macs.emplace_back().begin());
+  return encode_crypt_info(info);
 }
 
 }  // namespace tz::format

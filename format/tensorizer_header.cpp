@@ -49,16 +49,18 @@ result<cipher_chunk> parse_cipher(byte_cursor& c, bool sequential) {
   return x;
 }
 
-result<crypt_info> parse_crypt_info(byte_cursor& outer, std::uint64_t length) {
-  TZ_TRY(body, outer.take(length, "crypt_info"));
-  byte_cursor c(body, outer.offset() - length, "", "crypt-info");
+}  // namespace
+
+result<crypt_info> parse_crypt_info(std::span<const std::byte> body, std::uint64_t base_offset,
+                                    std::string_view source) {
+  byte_cursor c(body, base_offset, source, "crypt-info");
   crypt_info info;
   TZ_TRY(count, c.uint(2, "chunk_count"));
   for (std::uint64_t i = 0; i < count; ++i) {
     TZ_TRY(chunk_len, c.uint(8, "chunk_len"));
     if (chunk_len < 2 || chunk_len > c.remaining()) return c.fail("chunk_len", "chunk runs past the crypt block");
     TZ_TRY(chunk, c.take(chunk_len, "chunk"));
-    byte_cursor cc(chunk, c.offset() - chunk_len, "", "crypt-info chunk");
+    byte_cursor cc(chunk, c.offset() - chunk_len, source, "crypt-info chunk");
     TZ_TRY(type, cc.uint(2, "chunk_type"));
     if (type == 1) {
       TZ_TRY(k, parse_kdf(cc));
@@ -73,6 +75,8 @@ result<crypt_info> parse_crypt_info(byte_cursor& outer, std::uint64_t length) {
   }
   return info;
 }
+
+namespace {
 
 error header_mismatch(std::string_view source, const tensor_entry& e, const char* field, const std::string& expected,
                       const std::string& actual) {
@@ -103,7 +107,9 @@ result<void> check_against_entry(const tensor_header& h, const file_header& fh, 
                                         "' is not encrypted in an encrypted file");
   if (h.crypt && h.crypt->cipher && !h.crypt->cipher->sequential) {
     const auto& x = *h.crypt->cipher;
-    const std::uint64_t want = (e.data_length + x.chunk_bytes - 1) / x.chunk_bytes;
+    // ceil(data_length / chunk_bytes) without the overflow of (data_length + chunk_bytes - 1) for a
+    // chunk size near 2^64, which would let a MAC-less block pass for a non-empty tensor.
+    const std::uint64_t want = e.data_length / x.chunk_bytes + (e.data_length % x.chunk_bytes != 0);
     if (x.macs.size() != want)
       return header_mismatch(source, e, "num_macs", std::to_string(want), std::to_string(x.macs.size()));
   }
@@ -156,7 +162,8 @@ result<tensor_header> parse_tensor_header(std::span<const std::byte> bytes, cons
     h.crypt_begin = c.pos();
     TZ_TRY(crypt_len, c.uint(8, "crypt_info_len"));
     if (crypt_len > c.remaining()) return c.fail("crypt_info_len", "crypt block runs past the header");
-    TZ_TRY(info, parse_crypt_info(c, crypt_len));
+    TZ_TRY(body, c.take(crypt_len, "crypt_info"));
+    TZ_TRY(info, parse_crypt_info(body, c.offset() - crypt_len, source));
     if (info.kdf || info.cipher) h.crypt = std::move(info);
     h.crypt_end = c.pos();
   }

@@ -102,7 +102,10 @@ result<file_header> parse_file_header(std::span<const std::byte> prefix, std::ui
   h.tensor_size = tensor_size;
   h.tensor_count = count;
   h.metadata_bytes = metadata_bytes;
-  if (metadata_bytes > max_metadata_bytes || metadata_bytes > file_bytes - file_prefix_bytes)
+  // file_bytes comes from the byte source, not from the prefix: it may be under 73 (a source that
+  // reports a short size), and the subtraction must not wrap.
+  if (metadata_bytes > max_metadata_bytes || file_bytes < file_prefix_bytes ||
+      metadata_bytes > file_bytes - file_prefix_bytes)
     return c.fail("metadata_len", "metadata block of " + std::to_string(metadata_bytes) +
                                       " bytes at offset 73 runs past the end of the file (" +
                                       std::to_string(file_bytes) + " bytes)");

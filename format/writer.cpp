@@ -68,21 +68,34 @@ built_header build_header(const tensor_write& t, const std::string& name, std::u
   return h;
 }
 
-void append_metadata(std::vector<std::byte>& m, const tensor_write& t, const std::string& name,
-                     std::uint64_t header_offset, std::uint64_t data_offset, std::uint64_t data_length) {
-  put(m, name.size(), 2);
-  put_bytes(m, name);
-  put(m, static_cast<std::uint8_t>(t.type), 1);
-  put(m, t.dtype.stored.size(), 1);
-  put_bytes(m, t.dtype.stored);
-  put(m, t.shape.size(), 1);
-  for (auto d : t.shape) put(m, d, 4);
-  put(m, header_offset, 8);
-  put(m, data_offset, 8);
-  put(m, data_length, 8);
+}  // namespace
+
+std::vector<std::byte> encode_file_header(const file_header& header) {
+  std::vector<std::byte> head;
+  put_bytes(head, "|TZR|");
+  put(head, header.version, 4);
+  put(head, header.flags, 1);
+  head.resize(head.size() + 31);
+  put(head, header.tensor_size, 8);
+  put(head, 0, 8);  // reserved
+  put(head, header.tensor_count, 8);
+  put(head, header.metadata_bytes, 8);
+  return head;
 }
 
-}  // namespace
+void append_index_entry(std::vector<std::byte>& out, const tensor_entry& entry, std::uint32_t data_version) {
+  if (data_version >= 5) put(out, entry.metadata_version, 4);
+  put(out, entry.name.size(), 2);
+  put_bytes(out, entry.name);
+  put(out, static_cast<std::uint8_t>(entry.type), 1);
+  put(out, entry.dtype.stored.size(), 1);
+  put_bytes(out, entry.dtype.stored);
+  put(out, entry.shape.size(), 1);
+  for (auto d : entry.shape) put(out, d, entry.metadata_version == 5 ? 8 : 4);
+  put(out, entry.header_offset, 8);
+  put(out, entry.data_offset, 8);
+  put(out, entry.data_length, 8);
+}
 
 struct tensor_writer::state {
   std::string path, temp_path;
@@ -164,7 +177,15 @@ result<void> tensor_writer::state::write_tensor(const tensor_write& t) {
   const std::uint64_t header_offset = end_offset;
   const std::uint64_t data_offset = header_offset + h.bytes.size();
   const std::size_t before = metadata.size();
-  append_metadata(metadata, t, name, header_offset, data_offset, data_length);
+  tensor_entry entry;
+  entry.name = name;
+  entry.type = t.type;
+  entry.dtype = t.dtype;
+  entry.shape = t.shape;
+  entry.header_offset = header_offset;
+  entry.data_offset = data_offset;
+  entry.data_length = data_length;
+  append_index_entry(metadata, entry, version);
   if (metadata.size() > python_metadata_bytes) {
     metadata.resize(before);
     names.erase(name);
@@ -194,15 +215,13 @@ result<void> tensor_writer::state::write_tensor(const tensor_write& t) {
 result<void> tensor_writer::close() {
   auto& s = *state_;
   if (s.closed) return {};
-  std::vector<std::byte> head;
-  put_bytes(head, "|TZR|");
-  put(head, s.version, 4);
-  put(head, (s.version >= 4 && s.options.encryptor) ? 1 : 0, 1);
-  head.resize(head.size() + 31);
-  put(head, s.tensor_size, 8);
-  put(head, 0, 8);
-  put(head, s.tensor_count, 8);
-  put(head, python_metadata_bytes, 8);
+  file_header fh;
+  fh.version = s.version;
+  fh.flags = (s.version >= 4 && s.options.encryptor) ? flag_encrypted : 0;
+  fh.tensor_size = s.tensor_size;
+  fh.tensor_count = s.tensor_count;
+  fh.metadata_bytes = python_metadata_bytes;
+  const auto head = encode_file_header(fh);
   std::vector<std::byte> end_marker(8);
   TZ_CHECK(s.write_at(0, head));
   TZ_CHECK(s.write_at(s.end_offset, end_marker));

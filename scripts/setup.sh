@@ -9,6 +9,8 @@ apt_packages=(
   nginx redis-server redis-tools radosgw ceph-mon ceph-osd
   libboost1.81-dev liburing-dev libssl-dev libsodium-dev libhiredis-dev libprotobuf-dev protobuf-compiler
   doctest-dev zlib1g-dev libisal-dev pkg-config ninja-build cmake g++ curl openssl python3-venv ccache
+  # The fuzz harnesses (tests/fuzz/): clang 14 and its compiler-rt (libFuzzer, ASan, UBSan runtimes).
+  clang libclang-rt-14-dev
 )
 # The Python peers: the real tensorizer writes and reads files for the cross tests.
 # torch is pinned because 2.13.0 resolves to a CPU wheel on this machine's local index; an unpinned

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include "http_client.hpp"
+#include "http_response_parse.hpp"
 
 #include "retry.hpp"
 #include "scatter.hpp"
@@ -19,7 +20,6 @@
 #include <boost/beast/ssl.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -63,19 +63,7 @@ bool is_ip_literal(const std::string& host) {
   return !ec;
 }
 
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 }  // namespace
-
-std::string_view http_response::header(std::string_view name) const noexcept {
-  for (const auto& h : headers)
-    if (iequals(h.name, name)) return h.value;
-  return {};
-}
 
 std::string http_endpoint::host_header() const {
   bool default_port = port == (tls ? 443 : 80);
@@ -275,9 +263,8 @@ task<result<http_response>> http_client::impl::run(Stream& stream, connection& c
     c.reusable = false;
     co_return fail("sending " + request.method, request.target, ec, c);
   }
-  http::response_parser<http::empty_body> parser;
-  parser.body_limit(boost::none);
-  if (request.method == "HEAD") parser.skip(true);
+  head_parser parser;
+  prepare_head_parser(parser, request.method);
   c.arm("first-byte timeout", options.first_byte_timeout, clock);
   ack_now(c.lowest());
   auto [hec, hn] = co_await http::async_read_header(stream, c.buffer, parser, use_tuple);
@@ -285,12 +272,8 @@ task<result<http_response>> http_client::impl::run(Stream& stream, connection& c
     c.reusable = false;
     co_return fail("reading the response header of " + request.method, request.target, hec, c);
   }
-  http_response response;
-  const auto& head = parser.get();
-  response.status = head.result_int();
-  for (const auto& field : head) response.headers.push_back({std::string(field.name_string()), std::string(field.value())});
-  response.content_length = parser.content_length().value_or(0);
-  c.reusable = head.keep_alive();
+  http_response response = response_of_head(parser);
+  c.reusable = parser.get().keep_alive();
   if (parser.is_done()) co_return response;
   ack_now(c.lowest());  // the header's segment: its ACK may be what the body waits for
   bool ok_status = response.status == 200 || response.status == 206;
@@ -308,8 +291,12 @@ task<result<http_response>> http_client::impl::run(Stream& stream, connection& c
     response.body_streamed = true;
     co_return response;
   }
-  http::response_parser<http::string_body> body_parser{std::move(parser)};
-  body_parser.body_limit(body_limit);
+  if (auto ec = check_body_length(parser, body_limit)) {
+    c.reusable = false;  // body left unread
+    co_return fail("reading the body of " + request.method, request.target, ec, c);
+  }
+  string_body_parser body_parser{std::move(parser)};
+  prepare_body_parser(body_parser, body_limit);
   // A small body (at most body_limit): one wait for all of it.
   c.arm("stall timeout", options.stall_timeout, clock);
   auto [bec, bn] = co_await http::async_read(stream, c.buffer, body_parser, use_tuple);

@@ -1,6 +1,8 @@
 // Blocking hiredis 0.14 helpers: connections, argv commands, pooled reconnects (see redis_client.hpp).
 #include "redis_client.hpp"
 
+#include "redis_reply.hpp"
+
 #include <hiredis/hiredis.h>
 
 #include "retry.hpp"
@@ -120,8 +122,7 @@ std::string redis_failure(redisContext& ctx, const redisReply* reply) {
   if (ctx.err && current_call && current_call->timed_out && current_call->wait) return current_call->wait->fired();
   if (ctx.err) return "connection error: " + std::string(ctx.errstr);
   if (!reply) return "no reply";
-  if (reply->type == REDIS_REPLY_ERROR) return "server error: " + std::string(reply->str, reply->len);
-  return "unexpected reply type " + std::to_string(reply->type);
+  return describe_reply(*reply);
 }
 
 redis_pool::redis_pool(std::string host, int port, const redis_options& options)
@@ -145,6 +146,7 @@ result<redis_context_ptr> redis_pool::connect() {
   if (ctx->err && (saved_errno == ETIMEDOUT || std::string_view(ctx->errstr) == std::strerror(ETIMEDOUT)))
     return make_error(errc::timeout, address_ + ": connect: " + wait.fired());
   if (ctx->err) return make_error(errc::network, address_ + ": connect failed: " + std::string(ctx->errstr));
+  guard_redis_reader(*ctx->reader);
   return ctx;
 }
 

@@ -2,6 +2,7 @@
 #include "tz/redis_source.hpp"
 
 #include "redis_client.hpp"
+#include "redis_reply.hpp"
 #include "parallel.hpp"
 #include "scatter.hpp"
 #include "tz/uri.hpp"
@@ -52,21 +53,20 @@ result<void> list_keys(redisContext& ctx, const std::string& prefix, std::vector
   std::string cursor = "0", pattern = glob_escape(prefix) + ":*";
   do {
     auto reply = net::redis_command(ctx, {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 2)
-      return make_error(errc::network, "SCAN: " + net::redis_failure(ctx, reply.get()));
-    cursor.assign(reply->element[0]->str, reply->element[0]->len);
-    const redisReply* keys = reply->element[1];
-    for (std::size_t i = 0; i < keys->elements; ++i) {
-      std::string key(keys->element[i]->str, keys->element[i]->len);
+    if (!reply) return make_error(errc::network, "SCAN: " + net::redis_failure(ctx, reply.get()));
+    auto page = net::scan_page_of(*reply);
+    if (!page) return make_error(page.error().code, "SCAN: " + page.error().message);
+    cursor = std::move(page->cursor);
+    for (auto& key : page->keys)
       if (auto offset = offset_of(key)) out.push_back({std::move(key), *offset, 0});
-    }
   } while (cursor != "0");
   for (const auto& k : out) net::redis_append(ctx, {"STRLEN", k.key});
   for (auto& k : out) {
     auto reply = net::redis_next_reply(ctx);
-    if (!reply || reply->type != REDIS_REPLY_INTEGER)
-      return make_error(errc::network, "STRLEN " + k.key + ": " + net::redis_failure(ctx, reply.get()));
-    k.size_bytes = static_cast<std::uint64_t>(reply->integer);
+    if (!reply) return make_error(errc::network, "STRLEN " + k.key + ": " + net::redis_failure(ctx, nullptr));
+    auto size = net::strlen_of(*reply);
+    if (!size) return make_error(size.error().code, "STRLEN " + k.key + ": " + size.error().message);
+    k.size_bytes = *size;
   }
   std::sort(out.begin(), out.end(), [](const key_entry& a, const key_entry& b) {
     return a.offset_bytes != b.offset_bytes ? a.offset_bytes < b.offset_bytes : a.size_bytes < b.size_bytes;
@@ -93,12 +93,10 @@ result<void> read_pieces(redisContext& ctx, const std::vector<piece>& pieces, sc
     auto reply = net::redis_next_reply(ctx);
     const auto& p = pieces[done];
     std::string what = "GETRANGE " + p.key->key + " " + std::to_string(p.start);
-    if (!reply || reply->type != REDIS_REPLY_STRING)
-      return make_error(errc::network, what + ": " + net::redis_failure(ctx, reply.get()));
-    if (static_cast<std::uint64_t>(reply->len) != p.length)
-      return make_error(errc::io, what + ": expected " + std::to_string(p.length) + " bytes, got " +
-                                      std::to_string(reply->len) + " (the key changed?)");
-    cursor.copy_in({reinterpret_cast<const std::byte*>(reply->str), static_cast<std::size_t>(reply->len)});
+    if (!reply) return make_error(errc::network, what + ": " + net::redis_failure(ctx, nullptr));
+    auto bytes = net::getrange_bytes_of(*reply, p.length);
+    if (!bytes) return make_error(bytes.error().code, what + ": " + bytes.error().message);
+    cursor.copy_in(*bytes);
   }
   return {};
 }

@@ -55,23 +55,9 @@ void sign_request(http_request& request, const aws_credentials& credentials, con
   request.headers.push_back({"Authorization", sigv4_sign(canonical, credentials, scope).authorization});
 }
 
-std::string describe_s3_error(const http_response& response) {
-  auto code = xml_value(response.body, "Code");
-  if (code.empty()) return {};
-  auto message = xml_value(response.body, "Message");
-  return "S3 " + code + (message.empty() ? "" : ": " + message);
-}
+std::string describe_s3_error(const http_response& response) { return describe_s3_error_body(response.body); }
 
 }  // namespace
-
-std::string xml_value(std::string_view xml, std::string_view tag) {
-  auto open = "<" + std::string(tag) + ">";
-  auto start = xml.find(open);
-  if (start == std::string_view::npos) return {};
-  start += open.size();
-  auto end = xml.find("</" + std::string(tag) + ">", start);
-  return end == std::string_view::npos ? std::string() : std::string(xml.substr(start, end - start));
-}
 
 result<s3_object> open_s3_object(const s3_options& options, const std::string& url, bool for_write) {
   TZ_TRY(uri, parse_uri(url));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ranged_source.hpp"
+#include "s3_xml.hpp"
 #include "tz/s3.hpp"
 
 namespace tz::net {
@@ -16,8 +17,5 @@ struct s3_object {
 };
 
 result<s3_object> open_s3_object(const s3_options& options, const std::string& url, bool for_write);
-
-// The text of <tag>...</tag> in an S3 XML body ("" when absent).
-std::string xml_value(std::string_view xml, std::string_view tag);
 
 }  // namespace tz::net

@@ -48,6 +48,11 @@ std::uint64_t cipher_chunk_bytes(const tensor_header& h) noexcept;
 result<void> decrypt_tensor(const tensor_header& h, std::span<std::byte> data, const decryption& d,
                             std::string_view source);
 
+// Encodes a crypt-info body as tensorizer 2.11.1 writes it: the key-derivation chunk (when present)
+// before the cipher chunk, each chunk exactly as long as its fields. parse_crypt_info's inverse for
+// every body in that layout.
+std::vector<std::byte> encode_crypt_info(const crypt_info& info);
+
 // Encrypts tensors the way tensorizer 2.11.1's writer does: a fresh random initial nonce per
 // tensor, chunk i sealed with nonce+i, an optional PWHash chunk before the cipher chunk.
 class tensorizer_encryptor final : public tensor_encryptor {

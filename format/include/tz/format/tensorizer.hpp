@@ -125,6 +125,11 @@ result<file_index> parse_index(const file_header& header, std::span<const std::b
 result<tensor_header> parse_tensor_header(std::span<const std::byte> bytes, const file_header& fh,
                                           const tensor_entry& entry, std::string_view source);
 
+// Parses a crypt-info body (the bytes after its u64 length; FORMAT.md §9.4) found at `base_offset`
+// of the file. Fails with errc::format naming the field and its offset.
+result<crypt_info> parse_crypt_info(std::span<const std::byte> body, std::uint64_t base_offset,
+                                    std::string_view source);
+
 // Checks the stored CRC32 / SHA-256 of a tensor against its plaintext data (empty for data-less
 // tensors). Fails with errc::hash_mismatch naming the tensor, the algorithm and both values.
 result<void> verify_tensor(const tensor_header& header, std::span<const std::byte> plaintext,

@@ -25,6 +25,13 @@ struct tensor_write {
 };
 
 // Encrypts tensor data for the writer (implemented in crypto terms by the caller; see tools/).
+// The 73-byte file prefix of a header (reserved bytes zero), as the writer stores it.
+std::vector<std::byte> encode_file_header(const file_header& header);
+
+// Appends one metadata-index entry as stored in a file of `data_version` (v5 adds the per-entry
+// tag, and a tag of 5 stores 8-byte dimensions). The exact inverse of parse_index for one entry.
+void append_index_entry(std::vector<std::byte>& out, const tensor_entry& entry, std::uint32_t data_version);
+
 class tensor_encryptor {
  public:
   virtual ~tensor_encryptor() = default;
