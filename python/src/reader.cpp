@@ -75,19 +75,26 @@ reader_handle& open_reader(reader_handle& r) {
   return r;
 }
 
-// Module indices live only in the per-tensor headers (format/FORMAT.md §5.3): read each header once.
+// Runs a blocking engine call; an exception escaping it (a broken invariant, bad_alloc) becomes an
+// errc::io error naming the file instead of unwinding through Python.
+template <class F>
+auto guarded(const reader_handle& r, F&& call) -> decltype(call()) {
+  try {
+    return call();
+  } catch (const std::exception& e) {
+    return make_error(errc::io, r.name + ": " + e.what());
+  }
+}
+
+// Module indices live only in the per-tensor headers (format/FORMAT.md §5.3): the loader's header
+// pass reads them all in parallel.
 std::vector<std::uint16_t> module_indices(reader_handle& r) {
   const auto& index = open_reader(r).opened->index();
   std::vector<std::uint16_t> out(index.tensors.size(), 0);
   if (r.opened->kind() != file_kind::tensorizer) return out;
   pyb::gil_scoped_release release;
-  std::vector<std::byte> bytes;
-  for (std::size_t i = 0; i < index.tensors.size(); ++i) {
-    const auto& e = index.tensors[i];
-    bytes.resize(e.header_bytes());
-    take(tz::read_blocking(*r.sched, *r.source->source, e.header_offset, bytes));
-    out[i] = take(format::parse_tensor_header(bytes, index.header, e, r.name)).module_index;
-  }
+  auto headers = take(guarded(r, [&] { return r.opened->read_headers(*r.sched); }));
+  for (std::size_t i = 0; i < headers.size(); ++i) out[i] = headers[i].module_index;
   return out;
 }
 
@@ -112,16 +119,6 @@ pyb::dict timings_dict(const load_timings& t) {
   return d;
 }
 
-// Runs a blocking engine call; an exception escaping it (a broken invariant, bad_alloc) becomes an
-// errc::io error naming the file instead of unwinding through Python.
-template <class F>
-auto guarded(const reader_handle& r, F&& call) -> decltype(call()) {
-  try {
-    return call();
-  } catch (const std::exception& e) {
-    return make_error(errc::io, r.name + ": " + e.what());
-  }
-}
 
 std::shared_ptr<loaded_handle> load_host(reader_handle& r, std::vector<std::size_t> which, bool verify, unsigned readers,
                                          const std::shared_ptr<decryption_keys>& keys, bool one) {
