@@ -81,8 +81,10 @@ task<result<void>> check_split_part(pipeline& p, const load_range& r, std::span<
   if (p.encrypted) {
     const auto t0 = pipeline_clock::now();
     const std::uint64_t chunk = format::cipher_chunk_bytes(s.header);
+    // The last byte's chunk, + 1: no "+ chunk - 1" that a hostile chunk size near 2^64 would wrap
+    // (a part is never empty, and its end lies inside the file).
     const crypto::chunk_range chunks{piece.data_begin_bytes / chunk,
-                                     (piece.data_begin_bytes + piece.length_bytes + chunk - 1) / chunk};
+                                     (piece.data_begin_bytes + piece.length_bytes - 1) / chunk + 1};
     auto ok = format::decrypt_chunks(s.header, bytes, chunks, *s.key, p.source->name());
     p.counters.decrypt_ns += nanoseconds_since(t0);
     TZ_CO_CHECK(ok);

@@ -57,7 +57,7 @@ phase "python benchmark (smoke)"
 fuzz_smoke_s=${TZ_FUZZ_SMOKE_S:-5}
 if [ "$fuzz_smoke_s" != 0 ]; then
   phase "fuzz smoke: every libFuzzer harness ${fuzz_smoke_s} s on its seeds (clang, build-fuzz)"
-  tests/fuzz/smoke.sh "$fuzz_smoke_s"
+  TZ_FUZZ_BUILD_DIR="$build_dir-fuzz" tests/fuzz/smoke.sh "$fuzz_smoke_s"
 fi
 sanitize=${TZ_SANITIZE_PASS:-address}
 if [ "$sanitize" != none ]; then
