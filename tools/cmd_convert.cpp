@@ -43,7 +43,7 @@ boost::json::object describe(const format::tensor_entry& e, std::uint16_t module
   return o;
 }
 
-result<void> tensors_to_safetensors(scheduler& sched, const loader& reader, const std::string& out, const cli::args& a) {
+result<void> tensors_to_safetensors(scheduler& sched, loader& reader, const std::string& out, const cli::args& a) {
   TZ_TRY(decryption, cli::decryption_from(a));
   std::vector<std::vector<std::byte>> owned;  // plaintext copies (decrypted data, meta zeros)
   std::vector<format::st_write_tensor> tensors;

@@ -10,7 +10,7 @@ namespace tz::cli {
 namespace {
 
 // Loads tensors `which` and visits them in order.
-result<void> visit_batch(scheduler& sched, const loader& l, std::vector<std::size_t> which, const walk_options& options,
+result<void> visit_batch(scheduler& sched, loader& l, std::vector<std::size_t> which, const walk_options& options,
                          const tensor_visitor& visit) {
   load_options o;
   o.verify = options.verify;
@@ -29,7 +29,7 @@ result<void> visit_batch(scheduler& sched, const loader& l, std::vector<std::siz
 
 }  // namespace
 
-result<void> walk_tensors(scheduler& sched, const loader& l, const walk_options& options, const tensor_visitor& visit) {
+result<void> walk_tensors(scheduler& sched, loader& l, const walk_options& options, const tensor_visitor& visit) {
   if (l.kind() != file_kind::tensorizer) {
     return make_error(errc::unsupported, l.source().name() + ": expected a .tensors file (this is safetensors)");
   }

@@ -5,6 +5,7 @@
 #include "tz/format/encryption.hpp"
 #include "tz/loader.hpp"
 #include "tz/scheduler.hpp"
+#include "tz/sources.hpp"
 
 #include <functional>
 #include <optional>
@@ -25,7 +26,7 @@ struct walk_options {
 // ones an empty span. Stops at the first error from the load or from visit.
 using tensor_visitor = std::function<result<void>(std::size_t, const format::tensor_entry&,
                                                   const format::tensor_header&, std::span<const std::byte>)>;
-result<void> walk_tensors(scheduler& sched, const loader& l, const walk_options& options, const tensor_visitor& visit);
+result<void> walk_tensors(scheduler& sched, loader& l, const walk_options& options, const tensor_visitor& visit);
 
 // Opens FILE or URI (tz::open_any) as a loader on `sched`.
 result<loader> open_loader(scheduler& sched, const std::string& file_or_uri, const remote_options& remote);

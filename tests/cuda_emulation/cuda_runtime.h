@@ -2,8 +2,9 @@
 // GPU. The tz_cuda_emulated library compiles cuda/'s runtime sources against this header instead of
 // the toolkit's, so the uploader, the device loads and the GPU benchmark run unchanged on the host.
 //
-// What it keeps of CUDA's contract (see runtime.cpp): device memory is not host-accessible (a device
-// address points into an inaccessible reservation, as with UVA); copies from pinned memory run later,
+// What it keeps of CUDA's contract (memory.cpp: allocations and registrations; streams.cpp: queued
+// copies and events): device memory is not host-accessible (a device address points into an
+// inaccessible reservation, as with UVA); copies from pinned memory run later,
 // in stream order, on a thread per stream, after an optional random delay; events complete in stream
 // order; copies from pageable memory are staged; asynchronous failures are sticky; handles and ranges
 // are checked. It also checks what CUDA leaves undefined: host bytes changed while their upload is
