@@ -47,7 +47,7 @@ fi
 step "whole file, verified, as JSON and as text"
 "$cli" load --device cuda:0 --verify --json "$work/model.tensors" > "$work/dev.json"
 same_as_host "$work/dev.json" "$tensors" "$bytes"
-for stage in prepare_s read_s verify_s decrypt_s upload_s h2d_wait_s total_s; do
+for stage in open_s prepare_s transfer_s total_s read_s verify_s decrypt_s upload_s wait_s; do
   field "$work/dev.json" stages "$stage" > /dev/null || fail "stage $stage missing"
 done
 [[ $(python3 -c "print($(field "$work/dev.json" stages verify_s) > 0)") == True ]] || fail "verify_s is 0 for a verified load"

@@ -15,7 +15,7 @@ double rate_gbps(const load_report& r) {
 
 void print_json(const load_report& r) {
   const auto& t = r.timings;
-  std::printf("{\"file\":%s,\"format\":\"%s\",\"destination\":\"%s\",\"tensors\":%zu,\"bytes\":%llu,\"seconds\":%.6f,"
+  std::printf("{\"file\":%s,\"format\":\"%s\",\"device\":\"%s\",\"tensors\":%zu,\"bytes\":%llu,\"seconds\":%.6f,"
               "\"gb_per_s\":%.3f,\"rate\":\"bytes (stored tensor data) / seconds (load call to every tensor ready)\","
               "\"verify\":%s,\"direct\":%s,\"threads\":%u,\"readers\":%u,\"ring_bytes\":%llu,\"pinned_max_bytes\":%llu,"
               "\"stages\":{\"open_s\":%.6f,\"prepare_s\":%.6f,\"transfer_s\":%.6f,\"total_s\":%.6f,\"read_s\":%.6f,"

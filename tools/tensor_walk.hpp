@@ -22,8 +22,8 @@ struct walk_options {
 };
 
 // Calls visit(i, entry, header, plaintext) for each tensor of `l` (a .tensors file) in file order,
-// decrypted and (verify) checked by the pipeline first. Meta tensors get their zeros, zero-size
-// ones an empty span. Stops at the first error from the load or from visit.
+// decrypted and (verify) checked by the pipeline first. Data-less (meta, zero-size) tensors get an
+// empty span: their stored bytes. Stops at the first error from the load or from visit.
 using tensor_visitor = std::function<result<void>(std::size_t, const format::tensor_entry&,
                                                   const format::tensor_header&, std::span<const std::byte>)>;
 result<void> walk_tensors(scheduler& sched, loader& l, const walk_options& options, const tensor_visitor& visit);
