@@ -52,7 +52,7 @@ for stage in open_s prepare_s transfer_s total_s read_s verify_s decrypt_s uploa
 done
 [[ $(python3 -c "print($(field "$work/dev.json" stages verify_s) > 0)") == True ]] || fail "verify_s is 0 for a verified load"
 "$cli" load --device cuda:0 "$work/model.tensors" > "$work/dev.txt"
-grep -q "loaded $tensors tensors" "$work/dev.txt" || { cat "$work/dev.txt"; fail "text report"; }
+grep -qF -- "-> cuda:0: $tensors tensors" "$work/dev.txt" || { cat "$work/dev.txt"; fail "text report"; }
 grep -q "worker-seconds: read" "$work/dev.txt" || fail "no stage timings in the text report"
 
 step "small ring, one stream, O_DIRECT"
