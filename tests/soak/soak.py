@@ -37,9 +37,13 @@ def parse_args():
     ap.add_argument("--port-base", type=int, default=19000, help="servers' ports as scripts/servers/*.sh")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", help="write the figures here too")
+    ap.add_argument("--py-loads", type=int, default=300, help="loads in ONE Python process (resource growth)")
+    ap.add_argument("--python", default=os.path.join(REPO, "build", "venv", "bin", "python"),
+                    help="interpreter with our tensorizer package (scripts/python_build.sh makes build/venv)")
+    ap.add_argument("--py-path", help="PYTHONPATH holding our tensorizer package (with --python python3)")
     a = ap.parse_args()
     if a.quick:
-        a.loads, a.uploads, a.sizes_mib = min(a.loads, 30), min(a.uploads, 2), "4,6"
+        a.loads, a.uploads, a.sizes_mib, a.py_loads = min(a.loads, 30), min(a.uploads, 2), "4,6", min(a.py_loads, 15)
     a.rates = [float(r) for r in a.rates.split(",")]
     a.sizes_mib = [int(s) for s in a.sizes_mib.split(",")]
     return a
@@ -160,6 +164,39 @@ class Soak:
                         self.failures.append(f"upload {store} rate {rate} {name}: {outcome} exit {rc}: "
                                              f"{err.decode(errors='replace').strip()[-400:]}")
 
+    def run_python(self, proxies):
+        """py_resources.py in one process against the highest-rate proxies; None when no package."""
+        a = self.a
+        if a.py_loads <= 0 or not os.path.exists(a.python) and not a.py_path:
+            return {"skipped": f"no {a.python} (scripts/python_build.sh) and no --py-path"}
+        rate = max(a.rates)
+        sources = []
+        for m in self.models:
+            for store in BACKENDS:
+                src = self.uri(store, proxies[store, rate].port, m["name"])
+                sources.append({"uri": src[0], "s3_endpoint": src[-1], "hash_json": m["hash"].decode()})
+        spec_path = os.path.join(self.work, "py_spec.json")
+        with open(spec_path, "w") as f:
+            json.dump({"loads": a.py_loads, "warmup": max(3, a.py_loads // 10), "sources": sources,
+                       "s3": {"key": S3_ENV["AWS_ACCESS_KEY_ID"], "secret": S3_ENV["AWS_SECRET_ACCESS_KEY"]},
+                       "timeouts": {"connect_timeout": 2.0, "first_byte_timeout": 2 * a.stall_timeout,
+                                    "stall_timeout": a.stall_timeout, "give_up_after": a.give_up_after}}, f)
+        env = dict(self.env)
+        if a.py_path:
+            env["PYTHONPATH"] = a.py_path
+        p = subprocess.run([a.python if os.path.exists(a.python) else sys.executable,
+                            os.path.join(os.path.dirname(__file__), "py_resources.py"), spec_path],
+                           env=env, capture_output=True, text=True, cwd=self.work)
+        if p.returncode != 0:
+            self.failures.append(f"py_resources.py exit {p.returncode}: {p.stderr[-600:]}")
+            return {"error": p.stderr[-300:]}
+        r = json.loads(p.stdout)
+        r["rate"] = rate
+        self.failures += [f"python load: {e}" for e in r["errors"]]
+        if r["wrong"]:
+            self.failures.append(f"python loads: {r['wrong']} delivered other bytes")
+        return r
+
     def leftovers(self, proxy_set):
         deadline = time.monotonic() + 3 * self.a.stall_timeout + 5  # injected stalls end, closes are seen
         while time.monotonic() < deadline and any(p.open for p in proxy_set.proxies):
@@ -173,7 +210,7 @@ class Soak:
         return left
 
 
-def report(soak, proxy_set, proxies, left, wall):
+def report(soak, proxy_set, proxies, left, py, wall):
     a = soak.a
     rows, total = [], defaultdict(float)
     print(f"\n{'kind':7}{'store':7}{'rate':>6}{'tries':>7}{'failed':>7}{'wrong':>6}{'faults':>7}{'MB/s':>8}{'lost':>7}")
@@ -203,13 +240,14 @@ def report(soak, proxy_set, proxies, left, wall):
           f"{int(total['load', 'wrong'])} wrong; uploads: {int(total['upload', 'attempted'])} attempted, "
           f"{int(total['upload', 'failed'])} failed, {int(total['upload', 'wrong'])} wrong")
     print(f"proxy: {conns} connections, {requests} requests/writes, faults injected {dict(faults)}")
+    print(f"python (one process, rate {py.get('rate')}): {py}")
     print(f"leftovers: {left}   wall {wall:.0f} s")
     for f in soak.failures[:20]:
         print("FAIL", f)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"rows": rows, "faults": faults, "requests": requests, "connections": conns,
-                       "leftovers": left, "failures": soak.failures, "wall_s": wall}, f, indent=1, default=str)
+                       "leftovers": left, "python": py, "failures": soak.failures, "wall_s": wall}, f, indent=1, default=str)
     clean = left["proxy_connections_open"] == 0 and not left["temp_files"] and not left.get("s3_multipart_uploads")
     return 0 if not soak.failures and clean else 1
 
@@ -230,8 +268,9 @@ def main():
                 proxies[store, rate] = proxy_set.add(kind, ports[store], rate, 3 * a.stall_timeout, a.seed * 100 + j)
         soak.run_loads(proxies)
         soak.run_uploads(proxies)
+        py = soak.run_python(proxies)
         left = soak.leftovers(proxy_set)
-        return report(soak, proxy_set, proxies, left, time.monotonic() - t0)
+        return report(soak, proxy_set, proxies, left, py, time.monotonic() - t0)
     finally:
         proxy_set.stop()
         soak.servers.stop()
