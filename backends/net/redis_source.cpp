@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <optional>
 #include <random>
+#include <utility>
 
 namespace tz {
 namespace {
@@ -244,9 +245,28 @@ result<void> expect_replies(redisContext& ctx, std::size_t count, const std::str
   return {};
 }
 
-// MULTI, DEL every key of the old file, RENAME + PERSIST every staged key, EXEC.
+// How many of the staged keys exist: all of them before a publish, none after one.
+result<std::size_t> staged_present(redisContext& ctx, const std::string& staged, const std::vector<std::string>& keys) {
+  std::vector<std::string> names;
+  for (const auto& k : keys) names.push_back(staged + k);
+  std::vector<std::string_view> argv{"EXISTS"};
+  argv.insert(argv.end(), names.begin(), names.end());
+  auto reply = net::redis_command(ctx, argv);
+  if (!reply || reply->type != REDIS_REPLY_INTEGER) return make_error(errc::network, "EXISTS (staged keys): " + net::redis_failure(ctx, reply.get()));
+  return static_cast<std::size_t>(reply->integer);
+}
+
+// MULTI, DEL every key of the old file, RENAME + PERSIST every staged key, EXEC; first checked:
+// every staged key must exist (MULTI does not roll back: a RENAME failing inside it would leave
+// the DELs done). retried: an earlier attempt sent the EXEC but lost its answer; no staged key left
+// then means that EXEC went through.
 result<void> publish_staged(redisContext& ctx, const std::string& prefix, const std::string& staged,
-                            const std::vector<std::string>& keys) {
+                            const std::vector<std::string>& keys, bool retried) {
+  TZ_TRY(present, staged_present(ctx, staged, keys));
+  if (present == 0 && retried) return {};
+  if (present != keys.size())
+    return make_error(errc::io, "publishing " + prefix + ": " + std::to_string(keys.size() - present) + " of " +
+                                    std::to_string(keys.size()) + " staged keys are gone (expired?); nothing replaced");
   std::vector<key_entry> old;
   TZ_CHECK(list_keys(ctx, prefix, old));
   net::redis_append(ctx, {"MULTI"});
@@ -281,6 +301,7 @@ struct staged_upload {
   std::vector<std::string> keys;
   std::vector<command> commands;
   std::size_t resume = 0;
+  bool publish_sent = false;
 };
 
 staged_upload plan_upload(const std::string& prefix, std::span<const redis_range> ranges, std::uint64_t piece_bytes) {
@@ -312,7 +333,8 @@ result<void> write_staged(redisContext& ctx, staged_upload& up) {
                                            net::redis_failure(ctx, reply.get()));
     if (done + 1 == commands.size() || commands[done + 1].first) up.resume = done + 1;
   }
-  return publish_staged(ctx, up.prefix, up.staged, up.keys);
+  const bool retried = std::exchange(up.publish_sent, true);
+  return publish_staged(ctx, up.prefix, up.staged, up.keys, retried);
 }
 
 }  // namespace

@@ -83,6 +83,12 @@ class KillTest:
         if kind == "s3" and self.s3 is not None:
             uploads = self.s3.list_multipart_uploads(Bucket=BUCKET, Prefix=f"kill/{name}").get("Uploads", [])
             left += [f"multipart upload {u['UploadId'][:12]}.. of {u['Key']}" for u in uploads]
+        if kind == "redis":  # staged keys of a cut-off upload (they expire after a day)
+            out = subprocess.run(["redis-cli", "-p", str(self.servers.redis), "--scan", "--pattern", "tz-staging-*"],
+                                 capture_output=True, text=True, check=True).stdout.split()
+            if out:
+                left.append("staged redis keys")
+                subprocess.run(["redis-cli", "-p", str(self.servers.redis), "DEL", *out], capture_output=True, check=True)
         return left
 
     def trial(self, kind, model, previous, n):
@@ -118,7 +124,7 @@ class KillTest:
         key = f"{kind} {model['name']} {'over previous' if previous else 'fresh'}"
         self.results[key][("finished, " if finished else "killed, ") + state] += 1
         for left in self.leftovers(kind, name):
-            what = ("dangling multipart upload" if left.startswith("multipart") else
+            what = ("dangling multipart upload" if left.startswith("multipart") else left if left.startswith("staged") else
                     "temp file beside the target" if ".tmp" in left else "entry left in TMPDIR")
             self.results[key]["left: " + what] += 1
         self.cleanup(kind, name)

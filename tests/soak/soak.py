@@ -183,7 +183,7 @@ class Soak:
                                     "stall_timeout": a.stall_timeout, "give_up_after": a.give_up_after}}, f)
         env = dict(self.env)
         if a.py_path:
-            env["PYTHONPATH"] = a.py_path
+            env["PYTHONPATH"] = os.path.abspath(a.py_path)
         p = subprocess.run([a.python if os.path.exists(a.python) else sys.executable,
                             os.path.join(os.path.dirname(__file__), "py_resources.py"), spec_path],
                            env=env, capture_output=True, text=True, cwd=self.work)
