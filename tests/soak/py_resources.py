@@ -36,12 +36,14 @@ def load_once(src, spec):
 def main():
     spec = json.load(open(sys.argv[1]))
     counts = {"attempted": 0, "ok": 0, "failed": 0, "wrong": 0}
-    errors, before = [], None
+    errors, before, samples = [], None, []
     t0 = time.monotonic()
     for i in range(spec["loads"]):
         if i == spec["warmup"]:
             gc.collect()
             before = process_resources("self")
+        if i >= spec["warmup"] and (i - spec["warmup"]) % max(1, (spec["loads"] - spec["warmup"]) // 5) == 0:
+            samples.append((i, process_resources("self")[0]))  # RSS KiB along the way: a trend, not two points
         src = spec["sources"][i % len(spec["sources"])]
         counts["attempted"] += 1
         try:
@@ -55,7 +57,7 @@ def main():
     after = process_resources("self")
     print(json.dumps({**counts, "seconds": time.monotonic() - t0, "warmup": spec["warmup"],
                       "before": dict(zip(("rss_kib", "fds", "threads"), before)),
-                      "after": dict(zip(("rss_kib", "fds", "threads"), after)), "errors": errors[:10]}))
+                      "after": dict(zip(("rss_kib", "fds", "threads"), after)), "rss_kib_by_load": samples, "errors": errors[:10]}))
 
 
 if __name__ == "__main__":

@@ -167,7 +167,9 @@ class Soak:
     def run_python(self, proxies):
         """py_resources.py in one process against the highest-rate proxies; None when no package."""
         a = self.a
-        if a.py_loads <= 0 or not os.path.exists(a.python) and not a.py_path:
+        if a.py_loads <= 0:
+            return {"skipped": "--py-loads 0"}
+        if not os.path.exists(a.python) and not a.py_path:
             return {"skipped": f"no {a.python} (scripts/python_build.sh) and no --py-path"}
         rate = max(a.rates)
         sources = []
