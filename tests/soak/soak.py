@@ -226,10 +226,11 @@ def report(soak, proxy_set, proxies, left, py, wall):
                 tput = s["bytes"] / s["seconds"] / 1e6 if s["seconds"] else 0.0
                 base_tput = tput if base_tput is None else base_tput
                 lost = 1 - tput / base_tput if base_tput else 0.0
-                faults = sum(proxies[store, rate].faults.values())
+                loads_faults = soak.faults_after_loads[store, rate]  # the proxies serve both phases
+                faults = loads_faults if kind == "load" else sum(proxies[store, rate].faults.values()) - loads_faults
                 print(f"{kind:7}{store:7}{rate:6.2f}{int(s['attempted']):7d}{int(s['failed']):7d}{int(s['wrong']):6d}"
                       f"{faults:7d}{tput:8.1f}{lost:7.1%}")
-                rows.append({"kind": kind, "store": store, "rate": rate, **s, "mb_per_s": tput, "lost": lost})
+                rows.append({"kind": kind, "store": store, "rate": rate, **s, "faults": faults, "mb_per_s": tput, "lost": lost})
                 for k in ("attempted", "failed", "wrong"):
                     total[kind, k] += s[k]
     faults = defaultdict(int)
@@ -269,6 +270,7 @@ def main():
                 kind = "redis" if store == "redis" else "http"
                 proxies[store, rate] = proxy_set.add(kind, ports[store], rate, 3 * a.stall_timeout, a.seed * 100 + j)
         soak.run_loads(proxies)
+        soak.faults_after_loads = {k: sum(p.faults.values()) for k, p in proxies.items()}
         soak.run_uploads(proxies)
         py = soak.run_python(proxies)
         left = soak.leftovers(proxy_set)
