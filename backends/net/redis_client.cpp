@@ -7,7 +7,10 @@
 
 #include "retry.hpp"
 
+#include <pthread.h>
 #include <sys/socket.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <cerrno>
@@ -78,6 +81,35 @@ void note_failure(int saved_errno) {
 void note_progress() {
   if (current_call && current_call->clock) current_call->clock->progressed();
 }
+
+// hiredis writes with write(2): to a peer that reset the connection that raises SIGPIPE, whose
+// default action kills the process (seen in the soak, tests/soak). A library must not change the
+// process's signal dispositions, so SIGPIPE is blocked on this thread for the call and one raised
+// meanwhile is consumed before the mask is restored; write(2) then fails with EPIPE instead.
+class sigpipe_blocked {
+ public:
+  sigpipe_blocked() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~sigpipe_blocked() {
+    const timespec none{0, 0};
+    if (!was_pending_)
+      while (sigtimedwait(&pipe_, nullptr, &none) > 0) {
+      }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  sigpipe_blocked(const sigpipe_blocked&) = delete;
+  sigpipe_blocked& operator=(const sigpipe_blocked&) = delete;
+
+ private:
+  sigset_t pipe_{}, old_{};
+  bool was_pending_ = false;
+};
 
 }  // namespace
 
@@ -183,6 +215,7 @@ bool redis_pool::attempt_once(const std::function<result<void>(redisContext&)>& 
 
 result<void> redis_pool::with_connection(const std::function<result<void>(redisContext&)>& work,
                                          const std::string& what) {
+  sigpipe_blocked no_sigpipe;
   request_clock clock(retry_);
   call_state state{first_byte_timeout_, stall_timeout_, &clock, std::nullopt, false};
   struct restore {

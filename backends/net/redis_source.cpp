@@ -14,7 +14,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <optional>
+#include <random>
+#include <utility>
 
 namespace tz {
 namespace {
@@ -80,12 +83,17 @@ struct piece {
   std::uint64_t length;
 };
 
-// Pipelined GETRANGEs, a few in flight, each reply copied into dst at the cursor.
-result<void> read_pieces(redisContext& ctx, const std::vector<piece>& pieces, scatter_list dst) {
+// Pipelined GETRANGEs, a few in flight, each reply copied into dst at its place. done counts the
+// pieces delivered and outlives a failed attempt: the retry resumes at the first piece not yet
+// delivered (a long multi-key read is not lost to one reset, and cannot starve under faults).
+result<void> read_pieces(redisContext& ctx, const std::vector<piece>& pieces, scatter_list dst, std::size_t& done) {
   constexpr std::size_t window = 4;
-  net::scatter_cursor cursor(dst);
-  std::size_t sent = 0;
-  for (std::size_t done = 0; done < pieces.size(); ++done) {
+  std::uint64_t skip = 0;
+  for (std::size_t i = 0; i < done; ++i) skip += pieces[i].length;
+  const auto rest = net::scatter_slice(dst, skip, net::scatter_size(dst) - skip);
+  net::scatter_cursor cursor(rest);
+  std::size_t sent = done;
+  for (; done < pieces.size(); ++done) {
     for (; sent < pieces.size() && sent < done + window; ++sent) {
       const auto& p = pieces[sent];
       net::redis_append(ctx, {"GETRANGE", p.key->key, std::to_string(p.start), std::to_string(p.start + p.length - 1)});
@@ -174,8 +182,9 @@ result<std::vector<piece>> redis_source::plan(std::uint64_t offset_bytes, std::u
 
 task<result<void>> redis_source::read_part(std::uint64_t offset_bytes, std::vector<std::span<std::byte>> dst) {
   TZ_CO_TRY(pieces, plan(offset_bytes, net::scatter_size(dst)));
+  std::size_t done = 0;
   auto r = co_await net::run_blocking<result<void>>(workers_, [&]() -> result<void> {
-    return pool_.with_connection([&](redisContext& ctx) { return read_pieces(ctx, pieces, dst); }, "GETRANGE");
+    return pool_.with_connection([&](redisContext& ctx) { return read_pieces(ctx, pieces, dst, done); }, "GETRANGE");
   });
   if (!r) co_return make_error(r.error().code, name_ + ": reading at offset " + std::to_string(offset_bytes) + ": " + r.error().message);
   co_return r;
@@ -208,49 +217,119 @@ result<parsed_uri> parse_redis_url(const std::string& url) {
   return uri;
 }
 
-// Deletes every key of an older virtual file under prefix: keys left over from a larger file
-// would otherwise be read back as part of the new one.
-result<void> delete_old_keys(redisContext& ctx, const std::string& prefix) {
-  std::vector<key_entry> old;
-  TZ_CHECK(list_keys(ctx, prefix, old));
-  for (const auto& k : old) net::redis_append(ctx, {"DEL", k.key});
-  for (const auto& k : old) {
+// Upload keys are first written under a staging prefix that no reader lists (SCAN <prefix>:* cannot
+// match it), with a day's TTL so that an upload cut off (process killed, attempts spent) leaves no
+// lasting garbage; then one MULTI/EXEC deletes the old file's keys and renames the staged ones into
+// place. Readers so see the previous file or the new one, never a half-written one (the cost: old
+// and new coexist in memory until the EXEC).
+constexpr std::string_view staging_ttl_s = "86400";
+
+std::string staging_prefix() {
+  std::random_device rd;
+  char text[40];
+  std::snprintf(text, sizeof text, "tz-staging-%08x%08x:", rd(), rd());
+  return text;
+}
+
+// Reads count pipelined replies; the first error (or lost connection) names what.
+result<void> expect_replies(redisContext& ctx, std::size_t count, const std::string& what) {
+  for (std::size_t i = 0; i < count; ++i) {
     auto reply = net::redis_next_reply(ctx);
-    if (!reply || reply->type != REDIS_REPLY_INTEGER)
-      return make_error(errc::network, "DEL " + k.key + ": " + net::redis_failure(ctx, reply.get()));
+    if (!reply || reply->type == REDIS_REPLY_ERROR) return make_error(errc::network, what + ": " + net::redis_failure(ctx, reply.get()));
   }
   return {};
 }
 
-// SET the first piece of each value, APPEND the rest, with a window of commands in flight.
-result<void> write_ranges(redisContext& ctx, const std::string& prefix, std::span<const redis_range> ranges,
-                          std::uint64_t piece_bytes) {
-  TZ_CHECK(delete_old_keys(ctx, prefix));
+// How many of the staged keys exist: all of them before a publish, none after one.
+result<std::size_t> staged_present(redisContext& ctx, const std::string& staged, const std::vector<std::string>& keys) {
+  std::vector<std::string> names;
+  for (const auto& k : keys) names.push_back(staged + k);
+  std::vector<std::string_view> argv{"EXISTS"};
+  argv.insert(argv.end(), names.begin(), names.end());
+  auto reply = net::redis_command(ctx, argv);
+  if (!reply || reply->type != REDIS_REPLY_INTEGER) return make_error(errc::network, "EXISTS (staged keys): " + net::redis_failure(ctx, reply.get()));
+  return static_cast<std::size_t>(reply->integer);
+}
+
+// MULTI, DEL every key of the old file, RENAME + PERSIST every staged key, EXEC; first checked:
+// every staged key must exist (MULTI does not roll back: a RENAME failing inside it would leave
+// the DELs done). retried: an earlier attempt sent the EXEC but lost its answer; no staged key left
+// then means that EXEC went through.
+result<void> publish_staged(redisContext& ctx, const std::string& prefix, const std::string& staged,
+                            const std::vector<std::string>& keys, bool retried) {
+  TZ_TRY(present, staged_present(ctx, staged, keys));
+  if (present == 0 && retried) return {};
+  if (present != keys.size())
+    return make_error(errc::io, "publishing " + prefix + ": " + std::to_string(keys.size() - present) + " of " +
+                                    std::to_string(keys.size()) + " staged keys are gone (expired?); nothing replaced");
+  std::vector<key_entry> old;
+  TZ_CHECK(list_keys(ctx, prefix, old));
+  net::redis_append(ctx, {"MULTI"});
+  for (const auto& k : old) net::redis_append(ctx, {"DEL", k.key});
+  for (const auto& k : keys) {
+    const std::string from = staged + k;
+    net::redis_append(ctx, {"RENAME", from, k});
+    net::redis_append(ctx, {"PERSIST", k});
+  }
+  net::redis_append(ctx, {"EXEC"});
+  TZ_CHECK(expect_replies(ctx, 1 + old.size() + 2 * keys.size(), "MULTI (publishing " + prefix + ")"));
+  auto reply = net::redis_next_reply(ctx);
+  if (!reply || reply->type != REDIS_REPLY_ARRAY)
+    return make_error(errc::network, "EXEC (publishing " + prefix + "): " + net::redis_failure(ctx, reply.get()));
+  for (std::size_t i = 0; i < reply->elements; ++i)
+    if (reply->element[i]->type == REDIS_REPLY_ERROR)
+      return make_error(errc::network, "EXEC (publishing " + prefix + "): " + std::string(reply->element[i]->str, reply->element[i]->len));
+  return {};
+}
+
+// An upload: the staged keys' commands (SET the first piece of a value with the staging TTL, APPEND
+// the rest) and how far Redis acknowledged them, kept across attempts: a retry resumes at the SET
+// of the first value not wholly acknowledged (a value's commands are all sent again, in order, so
+// an APPEND that went through unacknowledged is overwritten by the SET).
+struct staged_upload {
   struct command {
     std::string key;
     bool first;
     std::span<const std::byte> bytes;
   };
+  std::string prefix, staged = staging_prefix();
+  std::vector<std::string> keys;
   std::vector<command> commands;
+  std::size_t resume = 0;
+  bool publish_sent = false;
+};
+
+staged_upload plan_upload(const std::string& prefix, std::span<const redis_range> ranges, std::uint64_t piece_bytes) {
+  staged_upload up;
+  up.prefix = prefix;
   for (const auto& r : ranges) {
-    std::string key = prefix + ":" + r.name + ":" + std::to_string(r.offset_bytes);
+    up.keys.push_back(prefix + ":" + r.name + ":" + std::to_string(r.offset_bytes));
     for (std::uint64_t at = 0; at == 0 || at < r.bytes.size(); at += piece_bytes)
-      commands.push_back({key, at == 0, r.bytes.subspan(at, std::min<std::uint64_t>(piece_bytes, r.bytes.size() - at))});
+      up.commands.push_back({up.staged + up.keys.back(), at == 0, r.bytes.subspan(at, std::min<std::uint64_t>(piece_bytes, r.bytes.size() - at))});
   }
+  return up;
+}
+
+// The commands from up.resume on, with a window in flight; then publish.
+result<void> write_staged(redisContext& ctx, staged_upload& up) {
   constexpr std::size_t window = 8;
-  std::size_t sent = 0;
-  for (std::size_t done = 0; done < commands.size(); ++done) {
+  const auto& commands = up.commands;
+  std::size_t sent = up.resume;
+  for (std::size_t done = up.resume; done < commands.size(); ++done) {
     for (; sent < commands.size() && sent < done + window; ++sent) {
       const auto& c = commands[sent];
       std::string_view value(reinterpret_cast<const char*>(c.bytes.data()), c.bytes.size());
-      net::redis_append(ctx, {c.first ? "SET" : "APPEND", c.key, value});
+      if (c.first) net::redis_append(ctx, {"SET", c.key, value, "EX", staging_ttl_s});
+      else net::redis_append(ctx, {"APPEND", c.key, value});
     }
     auto reply = net::redis_next_reply(ctx);
     if (!reply || reply->type == REDIS_REPLY_ERROR)
       return make_error(errc::network, (commands[done].first ? "SET " : "APPEND ") + commands[done].key + ": " +
                                            net::redis_failure(ctx, reply.get()));
+    if (done + 1 == commands.size() || commands[done + 1].first) up.resume = done + 1;
   }
-  return {};
+  const bool retried = std::exchange(up.publish_sent, true);
+  return publish_staged(ctx, up.prefix, up.staged, up.keys, retried);
 }
 
 }  // namespace
@@ -265,8 +344,8 @@ task<result<void>> write_virtual_file(const redis_options& options, std::string 
   redis_pool pool(uri.host, uri.port, options);
   asio::thread_pool worker(1);
   auto r = co_await net::run_blocking<result<void>>(worker, [&]() -> result<void> {
-    return pool.with_connection([&](redisContext& ctx) { return write_ranges(ctx, uri.target, ranges, options.piece_bytes); },
-                                "writing the virtual file");
+    auto up = plan_upload(uri.target, ranges, options.piece_bytes);
+    return pool.with_connection([&](redisContext& ctx) { return write_staged(ctx, up); }, "writing the virtual file");
   });
   worker.join();
   if (!r) co_return make_error(r.error().code, url + ": " + r.error().message);

@@ -39,7 +39,9 @@ using redis_range = format::redis_range;
 
 // Writes ranges as keys under url's prefix (SET, then APPEND in piece_bytes pieces, pipelined), on
 // a worker thread of its own. The format layer decides the ranges (header block, per-tensor header,
-// per-tensor data). Existing keys are overwritten. Completes when Redis acknowledged every command.
+// per-tensor data). The keys are staged under a prefix no reader lists (with a one-day TTL), then one
+// MULTI/EXEC replaces the previous file's keys by them: readers see the old file or the new one.
+// Completes when Redis acknowledged the EXEC.
 task<result<void>> write_virtual_file(const redis_options& options, std::string url,
                                       std::span<const redis_range> ranges);
 
