@@ -19,14 +19,15 @@ if command -v ccache >/dev/null 2>&1; then
 fi
 
 # What the sanitizer pass covers: the code that parses untrusted bytes and moves them (base, crypto,
-# format and its malformed-input and fuzz-regression replays, the engine's host and emulated-device
-# pipelines with fault injection, the network clients against the real servers). Not covered: the
+# format with its malformed-input cases, safetensors, the fuzz-regression replays, the scheduler,
+# the engine's host and emulated-device pipelines with fault injection, the network clients against
+# the real servers). Not covered: the
 # Python package, the benchmarks and the CLI shell tests, which run the same code from outside.
-sanitize_targets=(base_test crypto_test hash_test format_test format_malformed_test loader_test
+sanitize_targets=(base_test crypto_test hash_test format_test safetensors_test engine_test loader_test
                   device_load_emulated_test cuda_emulation_test net_test
                   fuzz_replay_tensors_file fuzz_replay_tensors_prefix fuzz_replay_crypt_info fuzz_replay_safetensors
                   fuzz_replay_s3_xml fuzz_replay_redis_reply fuzz_replay_http_response)
-sanitize_tests='^(base_test|crypto_test|hash_test|format_test|format_malformed_test|loader_test|device_load_emulated_test|cuda_emulation_test|net_test_.*|fuzz_replay_.*)(_reference)?$'
+sanitize_tests='^(base_test|crypto_test|hash_test|format_test|safetensors_test|engine_test|loader_test|device_load_emulated_test|cuda_emulation_test|net_test_.*|fuzz_replay_.*)(_reference)?$'
 
 phase() { printf '\ntest.sh: == %s (%d s so far)\n' "$*" "$SECONDS"; }
 
