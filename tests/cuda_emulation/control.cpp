@@ -12,7 +12,10 @@ runtime& rt() {
   return *r;
 }
 
-thread_local int current_device = 0;
+int& current_device() {
+  thread_local int device = 0;
+  return device;
+}
 thread_local cudaError_t last_error = cudaSuccess;
 
 cudaError_t fail(cudaError_t e) {
@@ -46,7 +49,7 @@ void fail_copy(std::uint64_t nth) {
   rt().fail_at = nth == 0 ? 0 : rt().copies + nth;
 }
 
-int current_device() { return tz_emulation::current_device; }
+int current_device() { return tz_emulation::current_device(); }
 
 void clear_sticky_error() { rt().sticky = cudaSuccess; }
 
@@ -124,14 +127,14 @@ cudaError_t cudaGetDeviceCount(int* count) {
 }
 
 cudaError_t cudaGetDevice(int* device) {
-  *device = current_device;
+  *device = current_device();
   return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
   std::lock_guard lock(rt().mutex);
   if (!valid_device(device)) return fail(cudaErrorInvalidDevice);
-  current_device = device;
+  current_device() = device;
   return cudaSuccess;
 }
 
@@ -146,8 +149,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
 
 cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
   std::lock_guard lock(rt().mutex);
-  if (!valid_device(current_device)) return fail(cudaErrorInvalidDevice);
+  if (!valid_device(current_device())) return fail(cudaErrorInvalidDevice);
   *total_bytes = rt().config.device_bytes;
-  *free_bytes = *total_bytes - rt().device_used[static_cast<std::size_t>(current_device)];
+  *free_bytes = *total_bytes - rt().device_used[static_cast<std::size_t>(current_device())];
   return cudaSuccess;
 }

@@ -125,8 +125,8 @@ cudaError_t cudaMalloc(void** device, std::size_t size_bytes) {
   if (sticky() != cudaSuccess) return fail(sticky());
   runtime& r = rt();
   std::lock_guard lock(r.mutex);
-  if (!valid_device(current_device)) return fail(cudaErrorInvalidDevice);
-  std::size_t& used = r.device_used[static_cast<std::size_t>(current_device)];
+  if (!valid_device(current_device())) return fail(cudaErrorInvalidDevice);
+  std::size_t& used = r.device_used[static_cast<std::size_t>(current_device())];
   if (size_bytes > r.config.device_bytes - used) return fail(cudaErrorMemoryAllocation);
   if (size_bytes == 0) {
     *device = nullptr;
@@ -143,7 +143,7 @@ cudaError_t cudaMalloc(void** device, std::size_t size_bytes) {
   // cudaMalloc'ed memory holds garbage: make reading it before a copy visible in tests.
   std::memset(backing, 0xA5, size_bytes);
   r.device_memory[reinterpret_cast<std::uintptr_t>(address)] = {
-      static_cast<std::byte*>(address), static_cast<std::byte*>(backing), size_bytes, mapped, current_device};
+      static_cast<std::byte*>(address), static_cast<std::byte*>(backing), size_bytes, mapped, current_device()};
   used += size_bytes;
   *device = address;
   return cudaSuccess;

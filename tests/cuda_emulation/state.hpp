@@ -111,7 +111,9 @@ struct runtime {
 // still run at exit.
 runtime& rt();
 
-extern thread_local int current_device;
+// The calling thread's current device (cudaSetDevice). A function, not an `extern thread_local`:
+// GCC reaches an extern thread_local through a TLS wrapper that UBSan reports as a null load.
+int& current_device();
 
 // Records `e` as the calling thread's last error (cudaGetLastError) and returns it.
 cudaError_t fail(cudaError_t e);

@@ -172,9 +172,9 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
   if (sticky() != cudaSuccess) return fail(sticky());
   runtime& r = rt();
   std::lock_guard lock(r.mutex);
-  if (!valid_device(current_device)) return fail(cudaErrorInvalidDevice);
+  if (!valid_device(current_device())) return fail(cudaErrorInvalidDevice);
   auto s = std::make_unique<CUstream_st>();
-  s->device = current_device;
+  s->device = current_device();
   s->random.seed(static_cast<unsigned>(r.streams.size() * 7919 + 17));
   CUstream_st* raw = s.get();
   s->worker = std::thread(run_stream, raw);
@@ -215,7 +215,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
   if (sticky() != cudaSuccess) return fail(sticky());
   auto e = std::make_shared<CUevent_st>();
-  e->device = current_device;
+  e->device = current_device();
   std::lock_guard lock(rt().mutex);
   rt().events.emplace(e.get(), e);
   *event = e.get();
