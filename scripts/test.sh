@@ -2,8 +2,8 @@
 # The whole test suite: set up, configure, build with every core, run CTest; exits non-zero on any failure.
 #
 # Environment: TZ_BUILD_DIR (default build) picks the build directory. TZ_SANITIZE_PASS (default
-# address: ASan+UBSan; thread for TSan; none to skip) adds a second build and CTest run in
-# "$TZ_BUILD_DIR-<sanitizer>" over the suites named in sanitize_targets / sanitize_tests below.
+# "address thread"; any subset, or none) adds one build and CTest run per sanitizer in
+# "$TZ_BUILD_DIR-<sanitizer>" over the suites named below (address: ASan+UBSan; thread: TSan).
 # TZ_FUZZ_SMOKE_S (default 5) is the seconds each libFuzzer harness runs on its seeds (0 skips).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,16 +18,22 @@ if command -v ccache >/dev/null 2>&1; then
   export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 fi
 
-# What the sanitizer pass covers: the code that parses untrusted bytes and moves them (base, crypto,
-# format with its malformed-input cases, safetensors, the fuzz-regression replays, the scheduler,
-# the engine's host and emulated-device pipelines with fault injection, the network clients against
-# the real servers). Not covered: the
-# Python package, the benchmarks and the CLI shell tests, which run the same code from outside.
-sanitize_targets=(base_test crypto_test hash_test format_test safetensors_test engine_test loader_test
-                  device_load_emulated_test cuda_emulation_test net_test
-                  fuzz_replay_tensors_file fuzz_replay_tensors_prefix fuzz_replay_crypt_info fuzz_replay_safetensors
-                  fuzz_replay_s3_xml fuzz_replay_redis_reply fuzz_replay_http_response)
-sanitize_tests='^(base_test|crypto_test|hash_test|format_test|safetensors_test|engine_test|loader_test|device_load_emulated_test|cuda_emulation_test|net_test_.*|fuzz_replay_.*)(_reference)?$'
+# What the ASan+UBSan pass covers: the code that parses untrusted bytes and moves them (base,
+# crypto, format with its malformed-input cases, safetensors, the fuzz-regression replays, the
+# scheduler, the engine's host and emulated-device pipelines with fault injection, the network
+# clients against the real servers). Not covered: the Python package, the benchmarks and the CLI
+# shell tests, which run the same code from outside.
+address_targets=(base_test crypto_test hash_test format_test safetensors_test engine_test loader_test
+                 device_load_emulated_test cuda_emulation_test net_test
+                 fuzz_replay_tensors_file fuzz_replay_tensors_prefix fuzz_replay_crypt_info fuzz_replay_safetensors
+                 fuzz_replay_s3_xml fuzz_replay_redis_reply fuzz_replay_http_response)
+address_tests='^(base_test|crypto_test|hash_test|format_test|safetensors_test|engine_test|loader_test|device_load_emulated_test|cuda_emulation_test|net_test_.*|fuzz_replay_.*)(_reference)?$'
+# What the TSan pass covers: the code with threads of its own (the scheduler and its io_uring
+# service, the host pipeline's readers and turnstile, the emulated device sink's uploader and
+# completion threads, the network clients' Asio and hiredis threads). The single-threaded parsers
+# are left to the pass above.
+thread_targets=(base_test engine_test loader_test device_load_emulated_test cuda_emulation_test net_test)
+thread_tests='^(base_test|engine_test|loader_test|device_load_emulated_test|cuda_emulation_test|net_test_.*)(_reference)?$'
 
 phase() { printf '\ntest.sh: == %s (%d s so far)\n' "$*" "$SECONDS"; }
 
@@ -60,15 +66,17 @@ if [ "$fuzz_smoke_s" != 0 ]; then
   phase "fuzz smoke: every libFuzzer harness ${fuzz_smoke_s} s on its seeds (clang, build-fuzz)"
   TZ_FUZZ_BUILD_DIR="$build_dir-fuzz" tests/fuzz/smoke.sh "$fuzz_smoke_s"
 fi
-sanitize=${TZ_SANITIZE_PASS:-address}
-if [ "$sanitize" != none ]; then
+for sanitize in ${TZ_SANITIZE_PASS:-address thread}; do
+  [ "$sanitize" = none ] && continue
+  targets_var="${sanitize}_targets[@]" tests_var="${sanitize}_tests"
+  [ -n "${!tests_var:-}" ] || { echo "test.sh: unknown sanitizer '$sanitize' in TZ_SANITIZE_PASS" >&2; exit 2; }
   dir="$build_dir-$sanitize"
   phase "configure $dir (TZ_SANITIZE=$sanitize)"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE="$python" \
     -DTZ_SANITIZE="$sanitize" -DTZ_BUILD_BENCH=OFF
-  phase "build $dir: ${sanitize_targets[*]}"
-  cmake --build "$dir" --parallel "$jobs" --target "${sanitize_targets[@]}"
-  phase "ctest $dir ($sanitize_tests)"
-  ctest --test-dir "$dir" --output-on-failure -j2 --no-tests=error -R "$sanitize_tests"
-fi
+  phase "build $dir: ${!targets_var}"
+  cmake --build "$dir" --parallel "$jobs" --target "${!targets_var}"
+  phase "ctest $dir (${!tests_var})"
+  ctest --test-dir "$dir" --output-on-failure -j2 --no-tests=error -R "${!tests_var}"
+done
 phase "all passed"
