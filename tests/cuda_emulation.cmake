@@ -17,19 +17,20 @@ tz_target_defaults(tz_cuda_emulated)
 
 add_library(tz_engine_emulated STATIC)
 target_link_libraries(tz_engine_emulated PUBLIC tz_engine_objects tz_cuda_emulated)
-# The engine on the emulation, with the (CUDA-free) backends; tz::sources' objects for the CLI.
-add_library(tz_backends_emulated INTERFACE)
-target_link_libraries(tz_backends_emulated INTERFACE tz::backends tz_engine_emulated)
+# What the emulated suites link (a test bundle, not a layer): the engine on the emulation beside the
+# CUDA-free backends; tz_sources_emulated adds tz::sources' objects for the CLI.
+add_library(tz_emulated_stack INTERFACE)
+target_link_libraries(tz_emulated_stack INTERFACE tz::backends tz_engine_emulated)
 add_library(tz_sources_emulated STATIC)
-target_link_libraries(tz_sources_emulated PUBLIC tz_sources_objects tz_backends_emulated)
+target_link_libraries(tz_sources_emulated PUBLIC tz_sources_objects tz_emulated_stack)
 
 tz_add_doctest(cuda_emulated_test SOURCES cuda_test.cpp LIBS tz_cuda_emulated)
-tz_add_doctest(device_load_emulated_test SOURCES device_load_test.cpp LIBS tz_backends_emulated REFERENCE)
-tz_add_doctest(cuda_emulation_test SOURCES cuda_emulation_test.cpp LIBS tz_backends_emulated)
+tz_add_doctest(device_load_emulated_test SOURCES device_load_test.cpp LIBS tz_emulated_stack REFERENCE)
+tz_add_doctest(cuda_emulation_test SOURCES cuda_emulation_test.cpp LIBS tz_emulated_stack)
 
 if(TZ_BUILD_BENCH)
   add_executable(gpu_load_bench_emulated ${PROJECT_SOURCE_DIR}/bench/gpu_load_bench.cpp)
-  target_link_libraries(gpu_load_bench_emulated PRIVATE tz_backends_emulated)
+  target_link_libraries(gpu_load_bench_emulated PRIVATE tz_emulated_stack)
   tz_target_defaults(gpu_load_bench_emulated)
   add_test(NAME gpu_load_bench_emulated_smoke COMMAND gpu_load_bench_emulated --smoke --configs 8x2,2x4:1)
 endif()
