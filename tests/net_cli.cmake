@@ -41,3 +41,7 @@ if(TARGET remote_load_bench)
   set_tests_properties(remote_load_bench_smoke PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT "${tz_net_env}"
                        FIXTURES_REQUIRED "net_nginx;net_redis;net_rgw")
 endif()
+
+# Name resolution is bounded too: a DNS server that never answers (tests/net_dns_timeout.sh).
+add_test(NAME net_dns_timeout COMMAND ${CMAKE_CURRENT_LIST_DIR}/net_dns_timeout.sh $<TARGET_FILE:tensorizer>)
+set_tests_properties(net_dns_timeout PROPERTIES SKIP_RETURN_CODE 77)

@@ -17,7 +17,7 @@ const char* const remote_help =
     "  --s3-region R        SigV4 region (else AWS_REGION, AWS_DEFAULT_REGION, us-east-1)\n"
     "  --s3-virtual-host    virtual-host style addressing (https://bucket.host/key)\n"
     "  Time limits, in seconds (fractions allowed), for http(s)://, s3:// and redis://:\n"
-    "  --connect-timeout S     TCP connect (and TLS handshake) of one attempt (default 5)\n"
+    "  --connect-timeout S     name lookup, then TCP connect (and TLS handshake), of one attempt (default 5)\n"
     "  --first-byte-timeout S  request sent -> first byte of the answer (default 10)\n"
     "  --stall-timeout S       no byte moved for S mid-transfer (default 10); slow but moving is never cut\n"
     "  --give-up-after S       report a request once S seconds went to failed attempts (fruitless\n"

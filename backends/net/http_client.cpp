@@ -7,12 +7,14 @@
 #include "http_client.hpp"
 #include "http_response_parse.hpp"
 
+#include "resolve.hpp"
 #include "retry.hpp"
 #include "scatter.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
@@ -24,6 +26,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 namespace tz::net {
 namespace asio = boost::asio;
@@ -61,6 +64,30 @@ bool is_ip_literal(const std::string& host) {
   error_code ec;
   asio::ip::make_address(host, ec);
   return !ec;
+}
+
+// The endpoints of `host`, resolved by net/resolve.hpp's bounded lookup (a literal needs none).
+// The lookup's thread cannot wake this worker's io_context safely (it may be gone by then), so the
+// coroutine checks it on a short timer: 0.1 ms, doubling to 5 ms, until it is done or `ends`.
+task<result<std::vector<tcp::endpoint>>> resolve_bounded(const asio::any_io_executor& ex, const std::string& host,
+                                                         unsigned short port, std::chrono::steady_clock::time_point ends) {
+  std::vector<std::string> addresses{host};
+  if (!is_numeric_host(host)) {
+    auto lookup = start_lookup(host);
+    asio::steady_timer timer(ex);
+    for (auto step = std::chrono::microseconds(100); !lookup_done(*lookup);
+         step = std::min<std::chrono::microseconds>(step * 2, std::chrono::milliseconds(5))) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= ends) co_return make_error(errc::timeout, "resolving " + host);
+      timer.expires_at(std::min<std::chrono::steady_clock::time_point>(now + step, ends));
+      co_await timer.async_wait(use_tuple);
+    }
+    TZ_CO_TRY(found, lookup_addresses(*lookup));
+    addresses = std::move(found);
+  }
+  std::vector<tcp::endpoint> endpoints;
+  for (const auto& a : addresses) endpoints.emplace_back(asio::ip::make_address(a), port);
+  co_return endpoints;
 }
 
 }  // namespace
@@ -170,13 +197,16 @@ task<result<std::unique_ptr<connection>>> http_client::impl::connect(const std::
   c->executor = ex;
   c->buffer.reserve(parse_buffer_bytes);
   if (endpoint.tls) c->secure.emplace(ex, *tls); else c->plain.emplace(ex);
-  tcp::resolver resolver(ex);
   const auto& host = endpoint.connect_host.empty() ? endpoint.host : endpoint.connect_host;
-  auto [rec, results] = co_await resolver.async_resolve(host, std::to_string(endpoint.port), use_tuple);
-  if (rec) co_return fail("resolving " + host, target, rec, *c);
+  // Name resolution gets the connect timeout of its own (a DNS server that never answers).
+  c->arm("connect timeout", options.connect_timeout, clock);
+  auto endpoints = co_await resolve_bounded(ex, host, endpoint.port, c->wait->ends);
+  if (!endpoints && endpoints.error().code == errc::timeout)
+    co_return fail("resolving " + host, target, beast::error::timeout, *c);
+  if (!endpoints) co_return make_error(endpoints.error().code, endpoint.url_prefix() + target + ": " + endpoints.error().message);
   // One wait for the TCP connect and the TLS handshake together.
   c->arm("connect timeout", options.connect_timeout, clock);
-  auto [cec, ep] = co_await c->lowest().async_connect(results, use_tuple);
+  auto [cec, ep] = co_await c->lowest().async_connect(*endpoints, use_tuple);
   if (cec) co_return fail("connect", target, cec, *c);
   c->lowest().socket().set_option(tcp::no_delay(true));
   if (endpoint.tls) {

@@ -5,6 +5,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "resolve.hpp"
 #include "retry.hpp"
 
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -165,13 +167,23 @@ redis_pool::redis_pool(std::string host, int port, const redis_options& options)
 result<redis_context_ptr> redis_pool::connect() {
   timed_wait wait("connect timeout", connect_timeout_, current_call ? current_call->clock : nullptr);
   using clock = std::chrono::steady_clock;
+  // hiredis would resolve inside redisConnect, beyond any timeout: it gets a numeric address.
+  std::string host = host_;
+  if (!is_numeric_host(host_)) {
+    auto lookup = start_lookup(host_);
+    if (!wait_lookup(*lookup, wait.ends))
+      return make_error(errc::timeout, address_ + ": resolving " + host_ + ": " + wait.fired());
+    auto addresses = lookup_addresses(*lookup);
+    if (!addresses) return make_error(addresses.error().code, address_ + ": " + addresses.error().message);
+    host = addresses->front();
+  }
   redis_context_ptr ctx;
   if (wait.ends == clock::time_point::max()) {
-    ctx.reset(redisConnect(host_.c_str(), port_));
+    ctx.reset(redisConnect(host.c_str(), port_));
   } else {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait.ends - clock::now());
     if (left.count() <= 0) return make_error(errc::timeout, address_ + ": connect: " + wait.fired());
-    ctx.reset(redisConnectWithTimeout(host_.c_str(), port_, to_timeval(left)));
+    ctx.reset(redisConnectWithTimeout(host.c_str(), port_, to_timeval(left)));
   }
   const int saved_errno = errno;
   if (!ctx) return make_error(errc::network, address_ + ": cannot allocate a hiredis context");

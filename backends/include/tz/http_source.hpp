@@ -39,7 +39,7 @@ struct http_options {
   std::string ca_file;
   bool verify_peer = true;
   // Per attempt (0 = none); retry.give_up_after and retry.deadline cut them shorter.
-  std::chrono::milliseconds connect_timeout{5'000};      // TCP connect and TLS handshake
+  std::chrono::milliseconds connect_timeout{5'000};      // name lookup; then TCP connect and TLS handshake
   std::chrono::milliseconds first_byte_timeout{10'000};  // request sent -> response header
   std::chrono::milliseconds stall_timeout{10'000};       // no body byte received (or sent) for this long
   retry_options retry;

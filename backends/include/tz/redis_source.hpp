@@ -17,7 +17,7 @@ namespace tz {
 
 struct redis_options {
   // Per attempt (0 = none), as for HTTP; retry.give_up_after and retry.deadline cut them shorter.
-  std::chrono::milliseconds connect_timeout{5'000};      // TCP connect
+  std::chrono::milliseconds connect_timeout{5'000};      // name lookup; then TCP connect
   std::chrono::milliseconds first_byte_timeout{10'000};  // command sent -> first reply byte
   std::chrono::milliseconds stall_timeout{10'000};       // no reply byte received (or sent) for this long
   std::size_t connections = 4;                // blocking worker threads, one connection each
