@@ -120,12 +120,8 @@ pyb::dict timings_dict(const load_timings& t) {
 }
 
 
-std::shared_ptr<loaded_handle> load_host(reader_handle& r, std::vector<std::size_t> which, bool verify, unsigned readers,
-                                         const std::shared_ptr<decryption_keys>& keys, bool one) {
-  load_options o;
-  o.verify = verify;
-  o.readers = readers;
-  if (keys) o.decryption = keys->decryption;
+std::shared_ptr<loaded_handle> load_host(reader_handle& r, std::vector<std::size_t> which, const load_options& o,
+                                         bool one) {
   auto h = std::make_shared<loaded_handle>();
   h->sched = r.sched;
   {
@@ -148,12 +144,10 @@ std::shared_ptr<loaded_handle> load_host(reader_handle& r, std::vector<std::size
   return h;
 }
 
-std::shared_ptr<loaded_handle> load_device(reader_handle& r, std::vector<std::size_t> which, bool verify, unsigned readers,
-                                           const std::shared_ptr<decryption_keys>& keys, int device) {
+std::shared_ptr<loaded_handle> load_device(reader_handle& r, std::vector<std::size_t> which, const load_options& common,
+                                           int device) {
   device_load_options o;
-  o.verify = verify;
-  o.readers = readers;
-  if (keys) o.decryption = keys->decryption;
+  static_cast<load_options&>(o) = common;  // the ring keeps its defaults
   auto h = std::make_shared<loaded_handle>();
   h->sched = r.sched;
   pyb::gil_scoped_release release;
@@ -174,8 +168,12 @@ std::shared_ptr<loaded_handle> load(reader_handle& r, std::optional<std::vector<
                                     unsigned readers, std::shared_ptr<decryption_keys> keys, int device, bool one) {
   open_reader(r);
   auto indices = checked_indices(r, which);
-  if (device < 0) return load_host(r, std::move(indices), verify, readers, keys, one);
-  return load_device(r, std::move(indices), verify, readers, keys, device);
+  load_options o;
+  o.verify = verify;
+  o.readers = readers;
+  if (keys) o.decryption = keys->decryption;
+  if (device < 0) return load_host(r, std::move(indices), o, one);
+  return load_device(r, std::move(indices), o, device);
 }
 
 }  // namespace
