@@ -167,6 +167,53 @@ class silent_redis {
   std::thread thread_;
 };
 
+// A Redis-protocol peer that answers every command with a SCAN page of `keys_per_page` new keys
+// under "model:" and a cursor that never returns to 0: a listing that would never end.
+class endless_scan_redis {
+ public:
+  explicit endless_scan_redis(std::size_t keys_per_page)
+      : keys_per_page_(keys_per_page), acceptor_(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0)) {
+    asio::co_spawn(io_, accept(), asio::detached);
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~endless_scan_redis() {
+    io_.stop();
+    thread_.join();
+  }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()) + "/model"; }
+
+ private:
+  asio::awaitable<void> accept() {
+    for (;;) {
+      auto socket = co_await acceptor_.async_accept(asio::use_awaitable);
+      asio::co_spawn(io_, serve(std::move(socket)), asio::detached);
+    }
+  }
+  std::string page() {
+    std::string keys;
+    for (std::size_t i = 0; i < keys_per_page_; ++i) {
+      const std::string key = "model:" + std::to_string(next_key_++);
+      keys += "$" + std::to_string(key.size()) + "\r\n" + key + "\r\n";
+    }
+    return "*2\r\n$1\r\n7\r\n*" + std::to_string(keys_per_page_) + "\r\n" + keys;
+  }
+  asio::awaitable<void> serve(tcp::socket socket) {
+    char buffer[4096];
+    try {
+      for (;;) {  // one page per read: the client sends one SCAN and waits for its reply
+        co_await socket.async_read_some(asio::buffer(buffer), asio::use_awaitable);
+        co_await asio::async_write(socket, asio::buffer(page()), asio::use_awaitable);
+      }
+    } catch (const std::exception&) {
+    }
+  }
+  std::size_t keys_per_page_;
+  std::uint64_t next_key_ = 0;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  std::thread thread_;
+};
+
 // Generous bound for the time-limit tests: only a hang trips it (the machine is shared and noisy).
 constexpr auto hang_guard = std::chrono::seconds(60);
 
@@ -386,6 +433,19 @@ TEST_CASE("the give-up limit also bounds the Redis retries") {
   REQUIRE_FALSE(size.has_value());
   CHECK(size.error().code == tz::errc::timeout);
   CHECK_MESSAGE(contains(size.error().message, "give-up limit (2.5 s lost to failed attempts) reached"), size.error().message);
+}
+
+TEST_CASE("a Redis listing that never ends is refused at its key bound, not scanned forever") {
+  endless_scan_redis server(1 << 16);  // 17 pages pass the 2^20-key bound
+  tz::redis_options options;
+  options.retry.attempts_max = 1;
+  auto source = tz::open_redis_source(options, server.url());
+  REQUIRE(source.has_value());
+  auto start = std::chrono::steady_clock::now();
+  auto size = net_test::run((*source)->size());
+  CHECK(std::chrono::steady_clock::now() - start < hang_guard);
+  REQUIRE_FALSE(size.has_value());
+  CHECK_MESSAGE(contains(size.error().message, "1114112 keys after 17 rounds, more than the 1048576"), size.error().message);
 }
 
 }  // TEST_SUITE("faults")

@@ -50,11 +50,21 @@ std::optional<std::uint64_t> offset_of(std::string_view key) {
   return value;
 }
 
-// SCAN <prefix>:* then STRLEN each key (pipelined); keys sorted by offset.
+// Bounds on a listing, so that a hostile or broken server cannot keep a load scanning forever or
+// growing the key list without end: 2^20 rounds of COUNT 1000 cover a billion keys; a model is
+// stored in far fewer than 2^20 keys.
+constexpr std::size_t scan_rounds_max = std::size_t{1} << 20;
+constexpr std::size_t listed_keys_max = std::size_t{1} << 20;
+
+// SCAN <prefix>:* then STRLEN each key (pipelined); keys sorted by offset, each once (SCAN may
+// return a key more than once while the server rehashes).
 result<void> list_keys(redisContext& ctx, const std::string& prefix, std::vector<key_entry>& out) {
   out.clear();
   std::string cursor = "0", pattern = glob_escape(prefix) + ":*";
+  std::size_t rounds = 0;
   do {
+    if (++rounds > scan_rounds_max)
+      return make_error(errc::network, "SCAN " + pattern + ": not done after " + std::to_string(scan_rounds_max) + " rounds");
     auto reply = net::redis_command(ctx, {"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
     if (!reply) return make_error(errc::network, "SCAN: " + net::redis_failure(ctx, reply.get()));
     auto page = net::scan_page_of(*reply);
@@ -62,7 +72,14 @@ result<void> list_keys(redisContext& ctx, const std::string& prefix, std::vector
     cursor = std::move(page->cursor);
     for (auto& key : page->keys)
       if (auto offset = offset_of(key)) out.push_back({std::move(key), *offset, 0});
+    if (out.size() > listed_keys_max)
+      return make_error(errc::network, "SCAN " + pattern + ": " + std::to_string(out.size()) + " keys after " +
+                                           std::to_string(rounds) + " rounds, more than the " +
+                                           std::to_string(listed_keys_max) + " a listing may hold");
   } while (cursor != "0");
+  std::sort(out.begin(), out.end(), [](const key_entry& a, const key_entry& b) { return a.key < b.key; });
+  out.erase(std::unique(out.begin(), out.end(), [](const key_entry& a, const key_entry& b) { return a.key == b.key; }),
+            out.end());
   for (const auto& k : out) net::redis_append(ctx, {"STRLEN", k.key});
   for (auto& k : out) {
     auto reply = net::redis_next_reply(ctx);
