@@ -60,12 +60,6 @@ struct connection {
   }
 };
 
-bool is_ip_literal(const std::string& host) {
-  error_code ec;
-  asio::ip::make_address(host, ec);
-  return !ec;
-}
-
 // The endpoints of `host`, resolved by net/resolve.hpp's bounded lookup (a literal needs none).
 // The lookup's thread cannot wake this worker's io_context safely (it may be gone by then), so the
 // coroutine checks it on a short timer: 0.1 ms, doubling to 5 ms, until it is done or `ends`.
@@ -211,7 +205,7 @@ task<result<std::unique_ptr<connection>>> http_client::impl::connect(const std::
   c->lowest().socket().set_option(tcp::no_delay(true));
   if (endpoint.tls) {
     // SNI only for names (RFC 6066); the certificate must match the name or the IP literal.
-    if (!is_ip_literal(endpoint.host)) SSL_set_tlsext_host_name(c->secure->native_handle(), endpoint.host.c_str());
+    if (!is_numeric_host(endpoint.host)) SSL_set_tlsext_host_name(c->secure->native_handle(), endpoint.host.c_str());
     if (options.verify_peer) c->secure->set_verify_callback(ssl::host_name_verification(endpoint.host));
     auto [hec] = co_await c->secure->async_handshake(ssl::stream_base::client, use_tuple);
     if (hec) co_return fail("TLS handshake", target, hec, *c);
