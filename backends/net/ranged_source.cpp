@@ -77,6 +77,11 @@ task<result<ranged_source::object_info>> ranged_source::info() {
   co_return *info_;
 }
 
+std::string ranged_source::version() const {
+  std::lock_guard lock(mutex_);
+  return info_ ? info_->etag : std::string();
+}
+
 result<ranged_source::object_info> ranged_source::info_from_head(const http_response& response) const {
   if (response.status != 200) return status_error(response, hooks_, name_ + ": HEAD");
   if (response.header("Accept-Ranges") != "bytes")

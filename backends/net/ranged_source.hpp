@@ -39,6 +39,7 @@ class ranged_source final : public byte_source {
   const std::string& name() const noexcept override { return name_; }
   task<result<std::uint64_t>> size() override;
   task<result<void>> read(std::uint64_t offset_bytes, scatter_list dst) override;
+  std::string version() const override;
 
  private:
   struct object_info {
@@ -58,7 +59,7 @@ class ranged_source final : public byte_source {
   std::string target_;
   http_options options_;
   request_hooks hooks_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::optional<object_info> info_;
 };
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "tz/byte_source.hpp"
+#include "tz/cache.hpp"
 #include "tz/http_source.hpp"
 #include "tz/redis_source.hpp"
 #include "tz/s3.hpp"
@@ -23,6 +24,7 @@ struct remote_options {
   http_options http;    // http:// and https://
   s3_options s3;        // s3:// (its .http carries the same TLS and connection settings)
   redis_options redis;  // redis://
+  cache_options cache;  // http(s):// and s3:// through the node-local cache when cache.dir is set
 };
 
 // The time limits, by their Python keyword names; the CLI options are "--" + the name with '-'

@@ -32,6 +32,11 @@ class byte_source {
   // naming the source and the offset at which it failed (including EOF before the end). The
   // spans must stay valid until the task completes.
   virtual task<result<void>> read(std::uint64_t offset_bytes, scatter_list dst) = 0;
+
+  // What identifies this version of the object's bytes, once size() has completed: a new value
+  // whenever the bytes change (HTTP/S3: the ETag the source pinned). Empty when the source cannot
+  // tell (local files, Redis): the node-local cache (tz/cache.hpp) then does not keep the object.
+  virtual std::string version() const { return {}; }
 };
 
 }  // namespace tz
