@@ -106,7 +106,11 @@ result<std::shared_ptr<byte_source>> open_any(const std::string& file_or_uri, co
   else if (uri.scheme == "s3") source = open_s3_source(options.s3, file_or_uri);
   else source = open_redis_source(options.redis, file_or_uri);
   if (!source) return source.error();
-  return std::shared_ptr<byte_source>(std::move(*source));
+  std::shared_ptr<byte_source> opened(std::move(*source));
+  if (options.cache.dir.empty() || uri.scheme == "redis") return opened;
+  // The cache keys an object by its URI and the endpoint it comes from (the version is the ETag).
+  std::string key = file_or_uri + "\n" + (uri.scheme == "s3" ? options.s3.endpoint : options.http.connect_host);
+  return open_cached(std::move(opened), std::move(key), options.cache);
 }
 
 result<void> read_blocking(scheduler& sched, byte_source& source, std::uint64_t offset_bytes, std::span<std::byte> dst) {

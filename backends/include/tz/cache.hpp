@@ -41,4 +41,9 @@ result<std::uint64_t> parse_byte_size(std::string_view text);
 result<std::shared_ptr<byte_source>> open_cached(std::shared_ptr<byte_source> remote, std::string key,
                                                  const cache_options& options);
 
+// What the cache did for `source` (a source open_cached returned), one line for load reports:
+// "hit: PATH", "filled: PATH", "filling (...)", "bypassed: WHY", "not kept: WHY". Empty for a
+// source that is not cached.
+std::string cache_status(const byte_source& source);
+
 }  // namespace tz

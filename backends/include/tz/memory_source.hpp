@@ -35,7 +35,17 @@ class memory_source final : public byte_source {
   // Largest single attempt; smaller values force many short reads.
   void set_attempt_max_bytes(std::size_t n) noexcept { attempt_max_bytes_ = n; }
 
+  // What version() answers (tests of the cache); empty by default, as for local files.
+  void set_version(std::string v) {
+    std::lock_guard lock(mutex_);
+    version_ = std::move(v);
+  }
+
   const std::string& name() const noexcept override { return name_; }
+  std::string version() const override {
+    std::lock_guard lock(mutex_);
+    return version_;
+  }
   task<result<std::uint64_t>> size() override;
   task<result<void>> read(std::uint64_t offset_bytes, scatter_list dst) override;
 
@@ -53,7 +63,8 @@ class memory_source final : public byte_source {
   std::vector<std::byte> data_;
   std::string name_;
   std::atomic<std::size_t> attempt_max_bytes_{SIZE_MAX};
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
+  std::string version_;
   std::vector<injected_fault> faults_;
   std::atomic<std::uint64_t> attempts_{0};
   std::atomic<std::uint64_t> reads_{0};
