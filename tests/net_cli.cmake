@@ -26,6 +26,16 @@ foreach(pair "http:nginx" "s3:rgw" "redis:redis")
                        ENVIRONMENT "${tz_net_env};TZ_NET_SCRIPTS=${tz_net_scripts}")
 endforeach()
 
+# The node-local cache through the CLI against nginx and RGW (tests/net_cache.sh).
+foreach(pair "http:nginx" "s3:rgw")
+  string(REPLACE ":" ";" parts "${pair}")
+  list(GET parts 0 suite)
+  list(GET parts 1 fixture)
+  add_test(NAME net_cache_${suite} COMMAND ${CMAKE_CURRENT_LIST_DIR}/net_cache.sh ${suite} $<TARGET_FILE:tensorizer>)
+  set_tests_properties(net_cache_${suite} PROPERTIES SKIP_RETURN_CODE 77 FIXTURES_REQUIRED net_${fixture}
+                       ENVIRONMENT "${tz_net_env};TZ_NET_SCRIPTS=${tz_net_scripts}")
+endforeach()
+
 # `load --device` over HTTP on the CUDA emulation (tests/cuda_emulation.cmake, tools/CMakeLists.txt).
 if(TARGET tensorizer_emulated)
   add_test(NAME cli_device_emulated_http COMMAND ${CMAKE_CURRENT_LIST_DIR}/cli_device_emulated.sh http

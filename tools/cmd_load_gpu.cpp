@@ -87,6 +87,7 @@ void print_report(const load_device_args& a, const loader& l, const device_tenso
                   unsigned threads) {
   cli::load_report rep;
   rep.file = a.path;
+  rep.cache = cache_status(l.source());
   rep.safetensors = l.kind() == file_kind::safetensors;
   rep.destination = device;
   rep.tensors = t.size();

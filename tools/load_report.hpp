@@ -24,6 +24,7 @@ struct load_report {
   unsigned readers = 0;
   std::uint64_t ring_bytes = 0;        // device loads: the pinned staging ring
   std::uint64_t pinned_max_bytes = 0;  // device loads: the most of it held at once
+  std::string cache;                   // what the node-local cache did (tz::cache_status); "" if off
 };
 
 // Text for people, or one JSON object (json) on stdout.

@@ -24,6 +24,11 @@ const char* const remote_help =
     "                          waits and backoff; default 20; 0 = until the 6 attempts are spent)\n"
     "  --deadline S            hard limit per request, retries included, cuts even moving\n"
     "                          transfers (default 0 = none)\n"
+    "  Node-local cache of http(s):// and s3:// objects (backends/CACHE.md):\n"
+    "  --cache-dir DIR         keep a copy of each object loaded in DIR, keyed by URI + ETag; the next\n"
+    "                          load of the unchanged object reads it (default: TENSORIZER_CACHE_DIR)\n"
+    "  --cache-max-size SIZE   bound on DIR, least recently used copies evicted: bytes or 512M, 20G...\n"
+    "                          (default: TENSORIZER_CACHE_MAX_SIZE, else half of DIR's file system)\n"
     "  S3 credentials: s3cfg, AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN,\n"
     "  ~/.aws/credentials (AWS_PROFILE); none: unsigned requests (public buckets).\n";
 
@@ -59,6 +64,14 @@ std::vector<std::string> with_remote_flags(std::vector<std::string> own) { retur
 result<remote_options> remote_options_from(const args& a) {
   remote_options o;
   TZ_CHECK(time_limits_from(a, o));
+  TZ_TRY(cache, cache_options_from_env());
+  o.cache = std::move(cache);
+  if (auto d = a.get("--cache-dir")) o.cache.dir = *d;
+  if (auto m = a.get("--cache-max-size")) {
+    auto bytes = parse_byte_size(*m);
+    if (!bytes) return make_error(errc::invalid_argument, "option --cache-max-size: " + bytes.error().message);
+    o.cache.max_bytes = *bytes;
+  }
   if (auto f = a.get("--ca-file")) o.http.ca_file = *f;
   o.http.verify_peer = !a.has("--insecure");
   if (auto n = a.get("--connections")) {
