@@ -91,10 +91,27 @@ void raise_error(const error& e) {
   throw pyb::error_already_set();
 }
 
+// The node-local cache: TENSORIZER_CACHE_DIR / _MAX_SIZE, overridden by cache_dir ("" = off) and
+// cache_max_size (bytes, or a string such as "20G").
+void cache_options_from(const pyb::kwargs& kw, tz::cache_options& o) {
+  o = take(tz::cache_options_from_env());
+  if (auto d = opt_str(kw, "cache_dir")) o.dir = *d;
+  if (!kw.contains("cache_max_size") || pyb::object(kw["cache_max_size"]).is_none()) return;
+  pyb::object m = kw["cache_max_size"];
+  if (pyb::isinstance<pyb::str>(m)) {
+    o.max_bytes = take(tz::parse_byte_size(pyb::cast<std::string>(m)));
+  } else {
+    const auto n = pyb::cast<long long>(m);
+    if (n < 0) throw pyb::value_error("cache_max_size must be at least 0 (0 = half the file system)");
+    o.max_bytes = static_cast<std::uint64_t>(n);
+  }
+}
+
 tz::remote_options remote_options_from(const pyb::kwargs& kw) {
   static const char* const known[] = {"ca_file",         "insecure",        "connections",   "s3_access_key_id",
                                       "s3_secret_access_key", "s3_session_token", "s3_endpoint", "s3_config_path",
-                                      "s3_region",       "force_http",      "s3_virtual_host", "headers"};
+                                      "s3_region",       "force_http",      "s3_virtual_host", "headers",
+                                      "cache_dir",       "cache_max_size"};
   for (auto [key, value] : kw) {
     const auto name = pyb::cast<std::string>(key);
     auto is = [&](const char* k) { return name == k; };
@@ -134,6 +151,7 @@ tz::remote_options remote_options_from(const pyb::kwargs& kw) {
   if (auto r = opt_str(kw, "s3_region")) o.s3.region = *r;
   o.s3.force_http = opt_bool(kw, "force_http");
   o.s3.virtual_host_style = opt_bool(kw, "s3_virtual_host");
+  cache_options_from(kw, o.cache);
   return o;
 }
 

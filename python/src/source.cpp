@@ -67,6 +67,10 @@ void register_source(pyb::module_& m) {
           pyb::arg("data"), pyb::arg("name") = "in-memory file object",
           "A source over a copy of a bytes-like object (for file objects that cannot be reopened).")
       .def_property_readonly("name", [](const source_handle& h) { return h.source->name(); })
+      .def_property_readonly(
+          "cache_status", [](const source_handle& h) { return tz::cache_status(*h.source); },
+          "What the node-local cache did for this source ('hit: PATH', 'filled: PATH', 'bypassed: WHY', ...);"
+          " '' when it is not cached.")
       .def("size",
            [](source_handle& h) {
              pyb::gil_scoped_release release;

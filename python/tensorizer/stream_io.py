@@ -68,6 +68,13 @@ default_s3_write_endpoint = "object.ord1.coreweave.com"
 _DEFAULT_READ_AHEAD_BYTES = 1 << 20
 _REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 _REDIRECTS_MAX = 10
+# The node-local cache of http(s):// and s3:// objects (an extension; backends/CACHE.md): a load
+# also keeps a copy in this directory, keyed by URI + ETag, and the next open of the unchanged object
+# reads the copy. None follows TENSORIZER_CACHE_DIR (unset: no cache). `cache_max_size` bounds it
+# (bytes, or a string such as "20G"; None follows TENSORIZER_CACHE_MAX_SIZE, else half the file
+# system). Both are read at every open.
+cache_dir: Optional[str] = None
+cache_max_size: Optional[Union[int, str]] = None
 # The native engine's time limits, in seconds, accepted in a `timeouts` mapping.
 _TIME_LIMITS = ("connect_timeout", "first_byte_timeout", "stall_timeout", "give_up_after", "deadline")
 
@@ -257,6 +264,9 @@ def _open_source(uri: str, options: Dict[str, Any]):
     missing objects, rejected credentials and unreachable servers are found). HTTP redirects are
     followed. Raises OSError("Failed to open stream: ...")."""
     _C = _native()
+    if not uri.lower().startswith("redis://"):
+        settings = (("cache_dir", cache_dir), ("cache_max_size", cache_max_size))
+        options = {**{k: os.fspath(v) if k == "cache_dir" else v for k, v in settings if v is not None}, **options}
 
     def attempt(target):
         source = _C.Source.open(target, **options)

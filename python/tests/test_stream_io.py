@@ -544,6 +544,47 @@ def test_deserializer_reads_through_an_https_stream(nginx):
         assert all(torch.equal(d[k], v) for k, v in tensors.items())
 
 
+def test_the_node_local_cache_keeps_a_copy_and_reads_it_next_time(nginx, tmp_path, monkeypatch):
+    """stream_io.cache_dir (or TENSORIZER_CACHE_DIR): the first deserialization over HTTP fills the
+    cache, the next one reads the copy; a changed object is fetched again."""
+    import torch
+    from tensorizer import TensorDeserializer, TensorSerializer
+
+    def write(path, tensors):
+        serializer = TensorSerializer(str(path))
+        serializer.write_state_dict(tensors)
+        serializer.close()
+
+    def load(url):
+        stream = open_stream(url)
+        source = stream._tz_source  # the deserializer takes it over (and drops it at close)
+        with TensorDeserializer(stream, device="cpu") as d:
+            got = {k: v.clone() for k, v in d.items()}
+        return got, source.cache_status
+
+    v1 = {"w": torch.arange(300_000, dtype=torch.float32), "b": torch.ones(7, dtype=torch.float16)}
+    write(nginx["www"] / "cached.tensors", v1)
+    url = nginx["http"] + "/cached.tensors"
+    monkeypatch.setattr(stream_io, "cache_dir", str(tmp_path / "cache"))
+    got, status = load(url)
+    assert status.startswith("filled: ") and all(torch.equal(got[k], v) for k, v in v1.items()), status
+    copy = status.split(": ", 1)[1]
+    assert Path(copy).read_bytes() == (nginx["www"] / "cached.tensors").read_bytes()
+    got, status = load(url)
+    assert status == "hit: " + copy and all(torch.equal(got[k], v) for k, v in v1.items())
+
+    monkeypatch.setattr(stream_io, "cache_dir", None)
+    monkeypatch.setenv("TENSORIZER_CACHE_DIR", str(tmp_path / "cache"))
+    v2 = {"w": torch.arange(200_000, dtype=torch.float32) * 2}  # another size: nginx's ETag is mtime + size
+    write(nginx["www"] / "cached.tensors", v2)
+    got, status = load(url)
+    assert status.startswith("filled: ") and status != "filled: " + copy
+    assert got.keys() == v2.keys() and torch.equal(got["w"], v2["w"])
+    assert not Path(copy).exists()
+    monkeypatch.delenv("TENSORIZER_CACHE_DIR")
+    assert load(url)[1] == ""
+
+
 def test_torch_load_and_torch_compat_through_an_http_stream(nginx):
     import torch
     from tensorizer.torch_compat import tensorizer_loading, tensorizer_saving
