@@ -23,6 +23,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace tz {
@@ -80,7 +81,10 @@ class cached_source final : public byte_source {
  public:
   cached_source(std::shared_ptr<byte_source> remote, std::string key, cache_options options, std::string root)
       : remote_(std::move(remote)), key_(std::move(key)), options_(std::move(options)), root_(std::move(root)) {}
-  ~cached_source() override { abandon_fill(""); }
+  ~cached_source() override {
+    if (publisher_.joinable()) publisher_.join();
+    abandon_fill("");
+  }
 
   const std::string& name() const noexcept override { return remote_->name(); }
   std::string version() const override { return remote_->version(); }
@@ -109,6 +113,7 @@ class cached_source final : public byte_source {
   task<result<void>> fill_read(std::uint64_t offset_bytes, scatter_list dst);
   result<void> write_part(std::uint64_t offset_bytes, scatter_list src);
   task<void> complete_fill();
+  void publish();
   void abandon_fill(const std::string& why);
   void set_status(std::string s) {
     std::lock_guard lock(mutex_);
@@ -134,6 +139,7 @@ class cached_source final : public byte_source {
   unsigned in_flight_ = 0;
   bool filling_ = false;      // part_ is being filled and not yet published or abandoned
   bool completing_ = false;
+  std::thread publisher_;     // fsync + rename + eviction after the last byte arrived
 };
 
 // The first caller decides how the object is read; concurrent first callers wait for it.
@@ -257,7 +263,7 @@ result<void> cached_source::write_part(std::uint64_t offset_bytes, scatter_list 
   return {};
 }
 
-// Fetches the few bytes no load read, then publishes the copy and switches reads to it.
+// Fetches the few bytes no load read, then has the copy published and reads switched to it.
 task<void> cached_source::complete_fill() {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> gaps;
   {
@@ -274,8 +280,16 @@ task<void> cached_source::complete_fill() {
       if (!got) co_return abandon_fill(got.error().message);
     }
   }
+  // Making the copy durable (fsync) runs at disk speed, several times slower than loads arrive
+  // (1 GiB: ~3.5 s here against ~0.7 s over loopback HTTP), so it happens beside the load, which has
+  // its bytes already; the lock is held until the copy is published, and destruction waits for it.
+  set_status("filled, being published: " + paths_.object);
+  publisher_ = std::thread([this] { publish(); });
+}
+
+void cached_source::publish() {
   auto published = cache_store::publish(part_.get(), paths_);
-  if (!published) co_return abandon_fill(published.error().message);
+  if (!published) return abandon_fill(published.error().message);
   {
     std::lock_guard lock(mutex_);
     filling_ = false;

@@ -44,8 +44,8 @@ publish "$work/v1.tensors"
 
 step "first load fills the cache with a byte-identical copy"
 "$cli" load --json "${opts[@]}" --cache-dir "$cache" "$url" > "$work/first.json"
-expect_cache "$work/first.json" "filled: "
-copy=$(cache_field "$work/first.json"); copy=${copy#filled: }
+expect_cache "$work/first.json" "filled"
+copy=$(cache_field "$work/first.json"); copy=${copy##*: }
 cmp "$copy" "$work/v1.tensors" || fail "the cached copy differs from the object"
 
 step "the next load, hash and verify read the copy"
@@ -60,7 +60,7 @@ expect_cache "$work/env.json" "hit: $copy"
 step "a changed object (new ETag) is fetched again and replaces the old copy"
 publish "$work/v2.tensors"
 "$cli" load --json "${opts[@]}" --cache-dir "$cache" "$url" > "$work/changed.json"
-expect_cache "$work/changed.json" "filled: "
+expect_cache "$work/changed.json" "filled"
 "$cli" hash --json "${opts[@]}" --cache-dir "$cache" "$url" > "$work/changed.hash"
 cmp "$work/changed.hash" "$work/v2.hash" || fail "after the change, hashes differ from the new object"
 [[ -e $copy ]] && fail "the stale copy $copy was not removed"
@@ -73,7 +73,7 @@ wait
 filled=0; hits=0
 for i in 1 2 3; do
   c=$(cache_field "$work/par$i.json")
-  [[ $c == filled:* ]] && filled=$((filled + 1))
+  [[ $c == filled* ]] && filled=$((filled + 1))
   [[ $c == hit* ]] && hits=$((hits + 1))
   step "process $i: $c"
 done

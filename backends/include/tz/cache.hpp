@@ -42,8 +42,9 @@ result<std::shared_ptr<byte_source>> open_cached(std::shared_ptr<byte_source> re
                                                  const cache_options& options);
 
 // What the cache did for `source` (a source open_cached returned), one line for load reports:
-// "hit: PATH", "filled: PATH", "filling (...)", "bypassed: WHY", "not kept: WHY". Empty for a
-// source that is not cached.
+// "hit: PATH", "filled, being published: PATH" (every byte is in, the copy is being made durable),
+// "filled: PATH", "filling (...)", "bypassed: WHY", "not kept: WHY". Empty for a source that is not
+// cached. Destroying the source waits until a copy being published is.
 std::string cache_status(const byte_source& source);
 
 }  // namespace tz
