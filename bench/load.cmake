@@ -4,6 +4,8 @@ target_link_libraries(load_bench PRIVATE tz::engine tz::backends)
 tz_target_defaults(load_bench)
 if(TZ_BUILD_TESTS)
   add_test(NAME load_bench_smoke COMMAND load_bench --smoke)
+  # Its fixed-name temporary file is shared with charts_smoke (charts.cmake): one at a time.
+  set_tests_properties(load_bench_smoke PROPERTIES RESOURCE_LOCK tz_load_bench_smoke_file)
 endif()
 
 # load_bench_uring: Asio random_access_file vs raw liburing per thread vs IOSQE_ASYNC (DESIGN.md).
