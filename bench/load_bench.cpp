@@ -187,6 +187,7 @@ peer_result run_peer(const std::string& script, const std::string& file, int run
   }
   ::pclose(p);
   if (r.runs.gbps.empty() && r.gbps > 0) r.runs.gbps.push_back(r.gbps);
+  r.runs.printed_median = r.gbps;  // its own median (statistics.median), as printed
   return r;
 }
 
@@ -362,7 +363,7 @@ cold_result measure_cold(bench_context& c, int dfd, std::shared_ptr<tz::file_sou
 
 // --peers: the real tensorizer and safetensors on the same file, beside the engine's warm fresh load.
 void run_peers(bench_context& c, const engine_warm_result& w) {
-  std::string dir = std::filesystem::path(__FILE__).parent_path().string() + "/peers/";
+  const std::string dir = std::string(TZ_BENCH_SOURCE_DIR) + "/peers/";
   const peer_result tzr = run_peer(dir + "tensorizer_peer.py", c.a.file, c.a.runs);
   const peer_result st = run_peer(dir + "safetensors_peer.py", c.a.file, c.a.runs);
   std::printf("  real tensorizer (best num_readers)        %7.2f GB/s\n", tzr.gbps);
