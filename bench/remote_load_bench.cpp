@@ -259,7 +259,7 @@ int finish(const config& cfg, const std::vector<row>& rows, tz::bench::json_repo
                 rows.front().ours_gbps, peer, peer > 0 ? rows.front().ours_gbps / peer : 0.0);
     if (peer > 0) {
       const std::string group = "http: vs the real tensorizer", real = "real tensorizer";
-      report.reference(group, real, {std::vector<double>(v.begin() + (v.size() > 1 ? 1 : 0), v.end())},
+      report.reference(group, real, {std::vector<double>(v.begin() + (v.size() > 1 ? 1 : 0), v.end()), peer},
                        "TensorDeserializer(url), best num_readers");
       report.result(group, "ours (loader)", rows.front().ours_runs, real);
     }

@@ -9,7 +9,7 @@ set -euo pipefail
 json=()
 if [[ ${1:-} == --json ]]; then
   json=(--json "$(realpath -m "${2:?--json needs a FILE}")")
-  export TZ_BENCH_COMMAND="bench/remote_load_bench.sh $*"
+  export TZ_BENCH_COMMAND=${TZ_BENCH_COMMAND:-"bench/remote_load_bench.sh $*"}  # a caller may name its own
   shift 2
 fi
 build=$(realpath "${1:?usage: remote_load_bench.sh BUILD_DIR [SIZE_MIB] [CONNECTIONS] [REPEAT] [--no-peer]}")
