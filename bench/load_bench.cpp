@@ -3,10 +3,12 @@
 // the engine's load of the same file (warm and cold, fresh and existing destination), medians of
 // several runs, and prints the ratios. --peers also runs the real tensorizer and safetensors.
 // The verified load is measured against the N-core hashing limit of the same bytes (hash_limit.hpp).
+// --json FILE also writes every run in the common schema (bench_json.hpp) for bench/charts.py.
 #include "tz/file_source.hpp"
 #include "tz/format/writer.hpp"
 #include "tz/host_memory.hpp"
 #include "tz/loader.hpp"
+#include "bench_json.hpp"
 #include "hash_limit.hpp"
 #include "pretouch.hpp"
 
@@ -37,6 +39,7 @@ struct bench_args {
   bool smoke = false;
   bool peers = false;
   bool cold = true;
+  std::string json;  // --json FILE: also write every run there (bench_json.hpp)
 };
 
 // A transformer-shaped model: per layer three large bfloat16 matrices and two small float32 norms.
@@ -63,22 +66,19 @@ void generate_model(const std::string& path, std::uint64_t size_bytes) {
   w.close().value();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using tz::bench::series;
 
-// Median GB/s of `runs` runs of fn(), which returns the bytes it delivered. `before` runs untimed.
-double measure(int runs, const std::function<void()>& before, const std::function<std::uint64_t()>& fn) {
-  std::vector<double> gbps;
+// GB/s of `runs` runs of fn(), which returns the bytes it delivered. `before` runs untimed.
+series measure(int runs, const std::function<void()>& before, const std::function<std::uint64_t()>& fn) {
+  series out;
   for (int r = 0; r < runs; ++r) {
     if (before) before();
     auto t0 = clock_type::now();
     std::uint64_t bytes = fn();
     double s = std::chrono::duration<double>(clock_type::now() - t0).count();
-    gbps.push_back(static_cast<double>(bytes) / s / 1e9);
+    out.gbps.push_back(static_cast<double>(bytes) / s / 1e9);
   }
-  return median(gbps);
+  return out;
 }
 
 // Plain pread loops over [0, size) into dst, split evenly over `threads` threads.
@@ -113,13 +113,34 @@ struct result_row {
   double gbps = 0;
 };
 
+// The chart panels of --json (bench_json.hpp): each holds its loaders and their same-run references.
+const std::string warm_fresh_group = "warm, fresh memory";
+const std::string warm_existing_group = "warm, existing memory";
+const std::string verify_group = "warm, fresh memory, --verify (vs hashing limit)";
+const std::string cold_fresh_group = "cold (page cache dropped), fresh memory";
+const std::string cold_existing_group = "cold (page cache dropped), existing memory";
+const std::string peers_group = "warm, fresh memory: vs Python loaders";
+
+// What the measurements of one run share.
+struct bench_context {
+  const bench_args& a;
+  int fd;
+  std::uint64_t file_bytes;
+  unsigned cores;
+  tz::host_buffer& existing;
+  tz::scheduler& sched;
+  std::vector<result_row>& rows;
+  tz::bench::json_report& report;
+  std::function<void()> warm, touch;
+};
+
 struct hash_limit_result {
-  double split_gbps = 0, fused_gbps = 0;
+  series split, fused;
   std::size_t mismatches = 0;  // tensors whose recomputed hashes differ from the stored ones
 };
 
-// The N-core hashing limit of the file's tensors, the file in memory at `file`: median GB/s of the
-// split and fused schedules (hash_limit.hpp), counted in data bytes as the loads are.
+// The N-core hashing limit of the file's tensors, the file in memory at `file`: GB/s of the split
+// and fused schedules (hash_limit.hpp), counted in data bytes as the loads are.
 hash_limit_result measure_hash_limit(const tz::format::file_index& index, std::span<const std::byte> file,
                                      unsigned threads, int runs) {
   std::vector<tz::format::tensor_header> headers;
@@ -127,32 +148,47 @@ hash_limit_result measure_hash_limit(const tz::format::file_index& index, std::s
   std::uint64_t bytes = 0;
   for (const auto& t : tensors) bytes += t.data.size();
   std::size_t bad = 0;
-  const double split = measure(runs, {}, [&] {
+  series split = measure(runs, {}, [&] {
     bad = std::max(bad, tz::bench::hash_split(tensors, threads).mismatches(tensors));
     return bytes;
   });
-  const double fused = measure(runs, {}, [&] {
+  series fused = measure(runs, {}, [&] {
     bad = std::max(bad, tz::bench::hash_fused(tensors, threads).mismatches(tensors));
     return bytes;
   });
-  return {split, fused, bad};
+  return {std::move(split), std::move(fused), bad};
 }
 
 void print_row(const result_row& r) { std::printf("  %-48s %7.2f GB/s\n", r.name.c_str(), r.gbps); }
 
-// Runs a python peer script; returns the GB/s it reports on its "RESULT <gbps>" line (0 if none).
-double run_peer(const std::string& script, const std::string& file, int runs) {
+struct peer_result {
+  double gbps = 0;  // its "RESULT <gbps>" line: the median of its best setting
+  series runs;      // its "RESULT_RUNS g1 g2 ..." line: every run of that setting
+};
+
+// Runs a python peer script, echoing its output.
+peer_result run_peer(const std::string& script, const std::string& file, int runs) {
   std::string cmd = "python3 " + script + " " + file + " --runs " + std::to_string(runs) + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return 0;
+  if (p == nullptr) return {};
   char line[512];
-  double gbps = 0;
+  peer_result r;
   while (std::fgets(line, sizeof line, p)) {
     std::fputs(("    | " + std::string(line)).c_str(), stdout);
-    if (std::strncmp(line, "RESULT ", 7) == 0) gbps = std::atof(line + 7);
+    if (std::strncmp(line, "RESULT ", 7) == 0) r.gbps = std::atof(line + 7);
+    if (std::strncmp(line, "RESULT_RUNS ", 12) == 0) {
+      char* at = line + 12;
+      for (char* end = nullptr;; at = end) {
+        const double g = std::strtod(at, &end);
+        if (end == at) break;
+        r.runs.gbps.push_back(g);
+      }
+    }
   }
   ::pclose(p);
-  return gbps;
+  if (r.runs.gbps.empty() && r.gbps > 0) r.runs.gbps.push_back(r.gbps);
+  r.runs.printed_median = r.gbps;  // its own median (statistics.median), as printed
+  return r;
 }
 
 bool parse(int argc, char** argv, bench_args& a) {
@@ -164,6 +200,7 @@ bool parse(int argc, char** argv, bench_args& a) {
     else if (s == "--file" && i + 1 < argc) a.file = argv[++i];
     else if (s == "--size-mib" && i + 1 < argc) a.size_mib = std::strtoull(argv[++i], nullptr, 10);
     else if (s == "--runs" && i + 1 < argc) a.runs = std::atoi(argv[++i]);
+    else if (s == "--json" && i + 1 < argc) a.json = argv[++i];
     else return false;
   }
   if (a.smoke) {
@@ -174,12 +211,191 @@ bool parse(int argc, char** argv, bench_args& a) {
   return a.runs > 0 && a.size_mib > 0;
 }
 
+// Raw pread references, warm: 1 thread and one per core, into fresh, fresh THP and existing memory.
+// Returns the best fresh and the best existing median.
+std::pair<double, double> measure_raw_warm(bench_context& c) {
+  double raw_fresh = 0, raw_existing = 0;
+  int i = 0;
+  for (unsigned t : {1u, c.cores}) {
+    const series f = measure(c.a.runs, c.touch, [&] {
+      tz::host_buffer b(c.file_bytes);
+      pread_all(c.fd, b.bytes(), t, chunk_bytes);
+      return c.file_bytes;
+    });
+    const series e = measure(c.a.runs, {}, [&] {
+      pread_all(c.fd, c.existing.bytes().first(c.file_bytes), t, chunk_bytes);
+      return c.file_bytes;
+    });
+    // The same with transparent huge pages, as the loader maps its own memory: the fairest raw
+    // reference for "fresh memory" (far fewer page faults).
+    const series h = measure(c.a.runs, c.touch, [&] {
+      tz::host_buffer b(c.file_bytes, true);
+      pread_all(c.fd, b.bytes(), t, chunk_bytes);
+      return c.file_bytes;
+    });
+    const std::string thr = std::to_string(t) + " thread(s)";
+    c.rows.push_back({"raw pread warm, fresh memory, " + thr, f.median()});
+    c.rows.push_back({"raw pread warm, fresh THP memory, " + thr, h.median()});
+    c.rows.push_back({"raw pread warm, existing memory, " + thr, e.median()});
+    if (i++ == 0 || t != 1) {  // one core: the same measurement twice, one entry
+      c.report.reference(warm_fresh_group, "raw pread, " + thr, f);
+      c.report.reference(warm_fresh_group, "raw pread, THP, " + thr, h);
+      c.report.reference(warm_existing_group, "raw pread, " + thr, e);
+    }
+    raw_fresh = std::max({raw_fresh, f.median(), h.median()});
+    raw_existing = std::max(raw_existing, e.median());
+  }
+  return {raw_fresh, raw_existing};
+}
+
+std::function<std::uint64_t()> engine_fresh(tz::scheduler& sched, std::shared_ptr<tz::file_source> src, bool verify) {
+  return [&sched, src, verify] {
+    auto l = tz::loader::open_or_throw(sched, src);
+    tz::load_options o;
+    o.verify = verify;
+    auto r = l.load_or_throw(sched, {}, o);
+    return r.bytes();
+  };
+}
+
+std::function<std::uint64_t()> engine_existing(tz::scheduler& sched, tz::host_buffer& existing,
+                                               std::shared_ptr<tz::file_source> src) {
+  return [&sched, &existing, src] {
+    auto l = tz::loader::open_or_throw(sched, src);
+    std::vector<tz::tensor_destination> dst;
+    std::uint64_t bytes = 0;
+    // Each tensor at its file offset: the same page phase as the file, so O_DIRECT applies too.
+    for (std::size_t i = 0; i < l.index().tensors.size(); ++i) {
+      const auto& e = l.index().tensors[i];
+      dst.push_back({i, existing.bytes().subspan(e.data_offset, e.deserialized_bytes)});
+      bytes += e.deserialized_bytes;
+    }
+    tz::unwrap(l.load_into(sched, dst));
+    return bytes;
+  };
+}
+
+struct engine_warm_result {
+  double fresh = 0, existing = 0, verify = 0, hash_limit = 0;
+  bool hashes_ok = true;
+  series fresh_runs;
+};
+
+// The engine, warm (fresh memory, load_into, --verify), then the hashing limit the verified load
+// is compared with.
+engine_warm_result measure_engine_warm(bench_context& c, std::shared_ptr<tz::file_source> buffered) {
+  auto warm_touch = [&] { c.warm(), c.touch(); };
+  const series fresh = measure(c.a.runs, warm_touch, engine_fresh(c.sched, buffered, false));
+  const series existing = measure(c.a.runs, c.warm, engine_existing(c.sched, c.existing, buffered));
+  const series verify = measure(c.a.runs, warm_touch, engine_fresh(c.sched, buffered, true));
+  c.rows.push_back({"engine warm, fresh memory (loader-owned)", fresh.median()});
+  c.rows.push_back({"engine warm, existing memory (load_into)", existing.median()});
+  c.rows.push_back({"engine warm, fresh memory, --verify", verify.median()});
+  c.report.result(warm_fresh_group, "engine (loader-owned memory)", fresh);
+  c.report.result(warm_existing_group, "engine (load_into)", existing);
+  c.report.result(verify_group, "engine --verify", verify);
+  c.warm();  // `existing` holds the whole file again
+  const auto limit = measure_hash_limit(tz::loader::open_or_throw(c.sched, buffered).index(),
+                                        c.existing.bytes().first(c.file_bytes), c.cores, c.a.runs);
+  engine_warm_result r{fresh.median(), existing.median(), verify.median(),
+                       std::max(limit.split.median(), limit.fused.median()), limit.mismatches == 0, fresh};
+  // Only an encrypted --file (hashes cover the plaintext) may differ; for ours it is a bug.
+  if (limit.mismatches > 0)
+    std::fprintf(stderr, "load_bench: hash limit: %zu tensors differ from their stored hashes\n", limit.mismatches);
+  const std::string thr = std::to_string(c.cores) + " thr";
+  c.rows.push_back({"hash limit, " + thr + ": SHA/tensor + CRC pieces", limit.split.median()});
+  c.rows.push_back({"hash limit, " + thr + ": fused per tensor", limit.fused.median()});
+  c.report.reference(verify_group, "hash limit, " + thr + ", split", limit.split, "SHA-256 per tensor + CRC32 pieces");
+  c.report.reference(verify_group, "hash limit, " + thr + ", fused", limit.fused, "fused per tensor");
+  return r;
+}
+
+struct cold_result {
+  double raw_fresh = 0, raw_existing = 0, engine_fresh = 0, engine_existing = 0;
+};
+
+// Cold: page cache dropped for the file before each run; raw O_DIRECT (best of 1/N threads) vs
+// the engine with --direct.
+cold_result measure_cold(bench_context& c, int dfd, std::shared_ptr<tz::file_source> direct) {
+  cold_result r;
+  const std::uint64_t aligned = c.file_bytes / tz::page_bytes * tz::page_bytes;
+  auto drop = [&] { drop_cache(c.a.file); };
+  auto drop_touch = [&] { drop_cache(c.a.file), c.touch(); };
+  std::string best_existing;
+  int i = 0;
+  for (unsigned t : {1u, c.cores}) {
+    const series f = measure(c.a.runs, drop_touch, [&] {
+      tz::host_buffer b(aligned);
+      pread_all(dfd, b.bytes(), t, direct_chunk_bytes);
+      return aligned;
+    });
+    const series e = measure(c.a.runs, drop, [&] {
+      pread_all(dfd, c.existing.bytes().first(aligned), t, direct_chunk_bytes);
+      return aligned;
+    });
+    const std::string name = "raw O_DIRECT, " + std::to_string(t) + " thread(s)";
+    if (i++ == 0 || t != 1) {
+      c.report.reference(cold_fresh_group, name, f);
+      c.report.reference(cold_existing_group, name, e);
+    }
+    r.raw_fresh = std::max(r.raw_fresh, f.median());
+    if (e.median() >= r.raw_existing) r.raw_existing = e.median(), best_existing = name;
+  }
+  c.rows.push_back({"raw O_DIRECT cold, fresh memory (best of 1/N thr)", r.raw_fresh});
+  c.rows.push_back({"raw O_DIRECT cold, existing memory (best of 1/N thr)", r.raw_existing});
+  const series buffered = measure(c.a.runs, drop, [&] {
+    pread_all(c.fd, c.existing.bytes().first(c.file_bytes), 1, chunk_bytes);
+    return c.file_bytes;
+  });
+  c.rows.push_back({"raw buffered cold, existing memory, 1 thread", buffered.median()});
+  c.report.reference(cold_existing_group, "raw buffered read, 1 thread", buffered);
+  const series ef = measure(c.a.runs, drop_touch, engine_fresh(c.sched, direct, false));
+  const series ee = measure(c.a.runs, drop, engine_existing(c.sched, c.existing, direct));
+  r.engine_fresh = ef.median();
+  r.engine_existing = ee.median();
+  c.rows.push_back({"engine cold --direct, fresh memory", r.engine_fresh});
+  c.rows.push_back({"engine cold --direct, existing memory", r.engine_existing});
+  c.report.result(cold_fresh_group, "engine --direct", ef);
+  // The buffered read is drawn beside it, but the ratio stays engine / best raw O_DIRECT.
+  c.report.result(cold_existing_group, "engine --direct", ee, best_existing);
+  return r;
+}
+
+// --peers: the real tensorizer and safetensors on the same file, beside the engine's warm fresh load.
+void run_peers(bench_context& c, const engine_warm_result& w) {
+  const std::string dir = std::string(TZ_BENCH_SOURCE_DIR) + "/peers/";
+  const peer_result tzr = run_peer(dir + "tensorizer_peer.py", c.a.file, c.a.runs);
+  const peer_result st = run_peer(dir + "safetensors_peer.py", c.a.file, c.a.runs);
+  std::printf("  real tensorizer (best num_readers)        %7.2f GB/s\n", tzr.gbps);
+  std::printf("  safetensors load_file (converted file)    %7.2f GB/s\n", st.gbps);
+  if (tzr.gbps > 0) {
+    std::printf("  engine warm fresh / tensorizer            %.2f  (>= 1.3)\n", w.fresh / tzr.gbps);
+    std::printf("  engine warm existing / tensorizer         %.2f  (>= 2.5)\n", w.existing / tzr.gbps);
+  }
+  const std::string real = "real tensorizer";
+  if (tzr.gbps > 0) c.report.reference(peers_group, real, tzr.runs, "best num_readers, one load per process");
+  c.report.result(peers_group, "engine (loader-owned memory)", w.fresh_runs, tzr.gbps > 0 ? real : "");
+  if (st.gbps > 0) c.report.result(peers_group, "safetensors", st.runs, tzr.gbps > 0 ? real : "", "converted file");
+}
+
+void print_ratios(const std::pair<double, double>& raw, const engine_warm_result& w, const cold_result& cold) {
+  std::printf("ratios (target):\n");
+  std::printf("  engine warm fresh / best raw fresh        %.2f  (>= 0.95)\n", w.fresh / raw.first);
+  std::printf("  engine warm existing / best raw existing  %.2f  (>= 0.95)\n", w.existing / raw.second);
+  std::printf("  engine warm --verify / min(engine warm fresh, hash limit)  %.2f  (>= 0.9)\n",
+              w.verify / std::min(w.fresh, w.hash_limit));
+  if (cold.engine_fresh > 0) {
+    std::printf("  engine cold fresh / raw O_DIRECT fresh    %.2f  (>= 0.95)\n", cold.engine_fresh / cold.raw_fresh);
+    std::printf("  engine cold existing / raw O_DIRECT exist %.2f  (>= 0.95)\n", cold.engine_existing / cold.raw_existing);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   bench_args a;
   if (!parse(argc, argv, a)) {
-    std::fprintf(stderr, "usage: load_bench [--smoke] [--file F] [--size-mib N] [--runs N] [--peers] [--no-cold]\n");
+    std::fprintf(stderr, "usage: load_bench [--smoke] [--file F] [--size-mib N] [--runs N] [--peers] [--no-cold] [--json F]\n");
     return 2;
   }
   bool generated = a.file.empty();
@@ -197,137 +413,27 @@ int main(int argc, char** argv) {
   tz::host_buffer existing(file_bytes + tz::page_bytes);
   tz::prefault(existing.bytes());
   std::vector<result_row> rows;
-  auto warm = [&] { pread_all(fd, existing.bytes().first(file_bytes), cores, chunk_bytes); };
-  warm();
-
-  // Raw references, warm.
-  double raw_fresh = 0, raw_existing = 0;
+  tz::bench::json_report report("load_bench", argc, argv);
+  report.set_size_bytes(file_bytes);
   const std::uint64_t touch_bytes = file_bytes + file_bytes / 4;
-  auto touch = [&] { tz::bench::pretouch(touch_bytes); };  // see pretouch.hpp
-  for (unsigned t : {1u, cores}) {
-    double f = measure(a.runs, touch, [&] {
-      tz::host_buffer b(file_bytes);
-      pread_all(fd, b.bytes(), t, chunk_bytes);
-      return file_bytes;
-    });
-    double e = measure(a.runs, {}, [&] {
-      pread_all(fd, existing.bytes().first(file_bytes), t, chunk_bytes);
-      return file_bytes;
-    });
-    // The same with transparent huge pages, as the loader maps its own memory: the fairest raw
-    // reference for "fresh memory" (far fewer page faults).
-    double h = measure(a.runs, touch, [&] {
-      tz::host_buffer b(file_bytes, true);
-      pread_all(fd, b.bytes(), t, chunk_bytes);
-      return file_bytes;
-    });
-    rows.push_back({"raw pread warm, fresh memory, " + std::to_string(t) + " thread(s)", f});
-    rows.push_back({"raw pread warm, fresh THP memory, " + std::to_string(t) + " thread(s)", h});
-    f = std::max(f, h);
-    rows.push_back({"raw pread warm, existing memory, " + std::to_string(t) + " thread(s)", e});
-    raw_fresh = std::max(raw_fresh, f);
-    raw_existing = std::max(raw_existing, e);
-  }
+  bench_context c{a, fd, file_bytes, cores, existing, sched, rows, report,
+                  [&] { pread_all(fd, existing.bytes().first(file_bytes), cores, chunk_bytes); },
+                  [&] { tz::bench::pretouch(touch_bytes); }};  // see pretouch.hpp
+  c.warm();
 
-  // The engine, warm.
-  auto buffered = tz::file_source::open(a.file).value();
-  auto direct = tz::file_source::open(a.file, {true, false}).value();
-  auto engine_fresh = [&](std::shared_ptr<tz::file_source> src, bool verify) {
-    return [&sched, src, verify] {
-      auto l = tz::loader::open_or_throw(sched, src);
-      tz::load_options o;
-      o.verify = verify;
-      auto r = l.load_or_throw(sched, {}, o);
-      return r.bytes();
-    };
-  };
-  auto engine_existing = [&](std::shared_ptr<tz::file_source> src) {
-    return [&sched, &existing, src] {
-      auto l = tz::loader::open_or_throw(sched, src);
-      std::vector<tz::tensor_destination> dst;
-      std::uint64_t bytes = 0;
-      // Each tensor at its file offset: the same page phase as the file, so O_DIRECT applies too.
-      for (std::size_t i = 0; i < l.index().tensors.size(); ++i) {
-        const auto& e = l.index().tensors[i];
-        dst.push_back({i, existing.bytes().subspan(e.data_offset, e.deserialized_bytes)});
-        bytes += e.deserialized_bytes;
-      }
-      tz::unwrap(l.load_into(sched, dst));
-      return bytes;
-    };
-  };
-  auto warm_touch = [&] { warm(), touch(); };
-  double eng_fresh = measure(a.runs, warm_touch, engine_fresh(buffered, false));
-  double eng_existing = measure(a.runs, warm, engine_existing(buffered));
-  double eng_verify = measure(a.runs, warm_touch, engine_fresh(buffered, true));
-  rows.push_back({"engine warm, fresh memory (loader-owned)", eng_fresh});
-  rows.push_back({"engine warm, existing memory (load_into)", eng_existing});
-  rows.push_back({"engine warm, fresh memory, --verify", eng_verify});
-  warm();  // `existing` holds the whole file again
-  const auto limit = measure_hash_limit(tz::loader::open_or_throw(sched, buffered).index(),
-                                        existing.bytes().first(file_bytes), cores, a.runs);
-  // Only an encrypted --file (hashes cover the plaintext) may differ; for ours it is a bug.
-  if (limit.mismatches > 0) {
-    std::fprintf(stderr, "load_bench: hash limit: %zu tensors differ from their stored hashes\n", limit.mismatches);
-    if (generated) return 1;
-  }
-  const double hash_limit_gbps = std::max(limit.split_gbps, limit.fused_gbps);
-  rows.push_back({"hash limit, " + std::to_string(cores) + " thr: SHA/tensor + CRC pieces", limit.split_gbps});
-  rows.push_back({"hash limit, " + std::to_string(cores) + " thr: fused per tensor", limit.fused_gbps});
-
-  // Cold: page cache dropped for the file before each run.
-  double raw_cold_fresh = 0, raw_cold_existing = 0, eng_cold_fresh = 0, eng_cold_existing = 0;
+  const auto raw = measure_raw_warm(c);
+  const auto w = measure_engine_warm(c, tz::file_source::open(a.file).value());
+  if (!w.hashes_ok && generated) return 1;
+  cold_result cold;
   int dfd = a.cold ? ::open(a.file.c_str(), O_RDONLY | O_DIRECT) : -1;
   if (dfd >= 0) {
-    std::uint64_t aligned = file_bytes / tz::page_bytes * tz::page_bytes;
-    auto drop = [&] { drop_cache(a.file); };
-    auto drop_touch = [&] { drop_cache(a.file), touch(); };
-    for (unsigned t : {1u, cores}) {
-      raw_cold_fresh = std::max(raw_cold_fresh, measure(a.runs, drop_touch, [&] {
-        tz::host_buffer b(aligned);
-        pread_all(dfd, b.bytes(), t, direct_chunk_bytes);
-        return aligned;
-      }));
-      raw_cold_existing = std::max(raw_cold_existing, measure(a.runs, drop, [&] {
-        pread_all(dfd, existing.bytes().first(aligned), t, direct_chunk_bytes);
-        return aligned;
-      }));
-    }
-    rows.push_back({"raw O_DIRECT cold, fresh memory (best of 1/N thr)", raw_cold_fresh});
-    rows.push_back({"raw O_DIRECT cold, existing memory (best of 1/N thr)", raw_cold_existing});
-    rows.push_back({"raw buffered cold, existing memory, 1 thread", measure(a.runs, drop, [&] {
-                      pread_all(fd, existing.bytes().first(file_bytes), 1, chunk_bytes);
-                      return file_bytes;
-                    })});
-    eng_cold_fresh = measure(a.runs, drop_touch, engine_fresh(direct, false));
-    eng_cold_existing = measure(a.runs, drop, engine_existing(direct));
-    rows.push_back({"engine cold --direct, fresh memory", eng_cold_fresh});
-    rows.push_back({"engine cold --direct, existing memory", eng_cold_existing});
+    cold = measure_cold(c, dfd, tz::file_source::open(a.file, {true, false}).value());
     ::close(dfd);
   }
   ::close(fd);
   for (const auto& r : rows) print_row(r);
-
-  std::printf("ratios (target):\n");
-  std::printf("  engine warm fresh / best raw fresh        %.2f  (>= 0.95)\n", eng_fresh / raw_fresh);
-  std::printf("  engine warm existing / best raw existing  %.2f  (>= 0.95)\n", eng_existing / raw_existing);
-  std::printf("  engine warm --verify / min(engine warm fresh, hash limit)  %.2f  (>= 0.9)\n",
-              eng_verify / std::min(eng_fresh, hash_limit_gbps));
-  if (eng_cold_fresh > 0) {
-    std::printf("  engine cold fresh / raw O_DIRECT fresh    %.2f  (>= 0.95)\n", eng_cold_fresh / raw_cold_fresh);
-    std::printf("  engine cold existing / raw O_DIRECT exist %.2f  (>= 0.95)\n", eng_cold_existing / raw_cold_existing);
-  }
-  if (a.peers) {
-    std::string dir = std::filesystem::path(__FILE__).parent_path().string() + "/peers/";
-    double tzr = run_peer(dir + "tensorizer_peer.py", a.file, a.runs);
-    double st = run_peer(dir + "safetensors_peer.py", a.file, a.runs);
-    std::printf("  real tensorizer (best num_readers)        %7.2f GB/s\n", tzr);
-    std::printf("  safetensors load_file (converted file)    %7.2f GB/s\n", st);
-    if (tzr > 0) {
-      std::printf("  engine warm fresh / tensorizer            %.2f  (>= 1.3)\n", eng_fresh / tzr);
-      std::printf("  engine warm existing / tensorizer         %.2f  (>= 2.5)\n", eng_existing / tzr);
-    }
-  }
+  print_ratios(raw, w, cold);
+  if (a.peers) run_peers(c, w);
   if (generated && a.smoke) std::filesystem::remove(a.file);
-  return 0;
+  return a.json.empty() || report.write(a.json) ? 0 : 1;
 }

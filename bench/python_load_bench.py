@@ -18,6 +18,7 @@ Prints a markdown table of medians (GB/s = 1e9 bytes/s of tensor data) and the r
 tensorizer (target >= 1.3 on CPU), ours / C++ CLI (target within 5%) and ours / safetensors.
 
 usage: python_load_bench.py [--size MiB | --file F] [--runs N] [--smoke] [--json OUT]
+(--json: bench/README.md's schema for bench/charts.py, plus every setting under "details".)
 Exit 77 (skip) when our package is not built (scripts/python_build.sh) or the CLI is missing.
 """
 
@@ -497,13 +498,29 @@ def main(argv=None):
         print(f"\ncontent check: {len(digests)} loads by {len({p for _, p, _ in digests})} peers hashed alike")
 
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({
-            "file": path, "bytes": rows[0][2]["bytes"] if rows else 0, "runs": args.runs, "rounds": args.rounds,
-            "results": [{"device": d, "peer": p, **s} for d, p, s in rows],
-            "ratios": {f"{d}: ours/{p}": r for (d, p), r in ratios.items()},
-            "ours": ours_probe, "real": real_probe, "notes": notes,
-        }, indent=2))
+        write_json(args, rows, devices, best, path, ratios=ratios, notes=notes, ours=ours_probe, real=real_probe)
     return status
+
+
+def write_json(args, rows, devices, best, path, ratios, **extra):
+    """bench/README.md's schema: per device one group, each peer at its best setting, compared with
+    the real tensorizer; every setting of every peer is kept under "details"."""
+    from bench_json import entry, write_report
+
+    results = []
+    for device in devices:
+        group = f"{device}, " + ("several loads per process" if args.reuse_process else "one load per fresh process")
+        names = {}  # peer -> its label, with the version when it has one
+        for peer in ("real tensorizer", "ours (Python)", "our C++ CLI", "safetensors"):
+            s = best(device, peer)
+            if s:
+                names[peer] = f"{peer} {s['version']}".strip()
+                results.append(entry(group, names[peer], [s["bytes"] / t / 1e9 for t in s["seconds"]],
+                                     reference=names.get("real tensorizer"), is_reference=peer == "real tensorizer",
+                                     note=s["how"], median=s["median_gbps"]))
+    write_report(args.json_out, "python_load_bench", rows[0][2]["bytes"] if rows else 0, results, file=path,
+                 runs=args.runs, rounds=args.rounds, details=[{"device": d, "peer": p, **s} for d, p, s in rows],
+                 ratios={f"{d}: ours/{p}": r for (d, p), r in ratios.items()}, **extra)
 
 
 if __name__ == "__main__":

