@@ -52,6 +52,15 @@ if(TARGET remote_load_bench)
                        FIXTURES_REQUIRED "net_nginx;net_redis;net_rgw")
 endif()
 
+# The cache benchmark (bench/cache_bench.py) at a smoke size: fill, hit and their references run.
+if(Python3_FOUND)
+  add_test(NAME cache_bench_smoke
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/../bench/cache_bench.py ${CMAKE_BINARY_DIR}
+                   --size-mib 16 --runs 2)
+  set_tests_properties(cache_bench_smoke PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT "${tz_net_env}"
+                       FIXTURES_REQUIRED net_nginx)
+endif()
+
 # Name resolution is bounded too: a DNS server that never answers (tests/net_dns_timeout.sh).
 add_test(NAME net_dns_timeout COMMAND ${CMAKE_CURRENT_LIST_DIR}/net_dns_timeout.sh $<TARGET_FILE:tensorizer>)
 set_tests_properties(net_dns_timeout PROPERTIES SKIP_RETURN_CODE 77)
