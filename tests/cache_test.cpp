@@ -2,6 +2,7 @@
 // hits that read nothing remotely, a new version fetched again, partial loads not kept, gaps filled,
 // LRU eviction, a stalled filler, and several processes loading the same object at once.
 #include "result_printer.hpp"
+#include "test_bytes.hpp"
 #include "tz/cache.hpp"
 #include "tz/memory_source.hpp"
 #include "tz/scheduler.hpp"
@@ -24,15 +25,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
-  std::vector<std::byte> v(n);
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& b : v) {
-    x = x * 1664525u + 1013904223u;
-    b = static_cast<std::byte>(x >> 24);
-  }
-  return v;
-}
+using tz::test::pattern;
 
 struct temp_dir {
   std::string path;

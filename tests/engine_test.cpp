@@ -1,4 +1,5 @@
 // Scheduler, lease ring (back-pressure, cancellation, no leaked leases or frames) and byte sources.
+#include "test_bytes.hpp"
 #include "tz/file_source.hpp"
 #include "tz/host_memory.hpp"
 #include "tz/lease_ring.hpp"
@@ -39,15 +40,7 @@ struct probe {
   ~probe() { --live; }
 };
 
-std::vector<std::byte> pattern(std::size_t n, unsigned seed = 1) {
-  std::vector<std::byte> v(n);
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (auto& b : v) {
-    x = x * 1664525u + 1013904223u;
-    b = static_cast<std::byte>(x >> 24);
-  }
-  return v;
-}
+using tz::test::pattern;
 
 tz::task<void> sleep_for(std::chrono::milliseconds d) {
   asio::steady_timer t(co_await asio::this_coro::executor, d);
