@@ -1,0 +1,30 @@
+# tests/api.cmake: the installable package (engine/api/): the C++ facade's doctest suite (api_test),
+# the C ABI's C11 test program (c_api_test), the exported symbol set (api_exports), and an
+# out-of-tree consumer built against `cmake --install` output (install_consumer). Skipped when the
+# package is not built (TZ_BUILD_PACKAGE=OFF, fuzzing builds).
+if(NOT TARGET tensorizer_shared)
+  return()
+endif()
+
+# The models these tests read, written by the project's writers (tests/api_test_files.hpp).
+set(tz_api_files_dir ${CMAKE_BINARY_DIR}/api_files)
+add_executable(api_files ${CMAKE_CURRENT_LIST_DIR}/api_files.cpp)
+target_link_libraries(api_files PRIVATE tensorizer::tensorizer tz::format tz::crypto)
+tz_target_defaults(api_files)
+add_test(NAME api_files COMMAND api_files ${tz_api_files_dir})
+set_tests_properties(api_files PROPERTIES FIXTURES_SETUP tz_api_files)
+
+# The suite links the engine's format writer too (static, its own copy): the library exports none of it.
+tz_add_doctest(api_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/api_test.cpp LIBS tensorizer::tensorizer tz::format tz::crypto)
+
+add_executable(c_api_test ${CMAKE_CURRENT_LIST_DIR}/c_api_test.c)
+set_target_properties(c_api_test PROPERTIES LINKER_LANGUAGE C)
+target_link_libraries(c_api_test PRIVATE tensorizer::tensorizer)
+target_compile_options(c_api_test PRIVATE -Wall -Wextra -Wpedantic -Werror)
+add_test(NAME c_api_test COMMAND c_api_test ${tz_api_files_dir})
+set_tests_properties(c_api_test PROPERTIES FIXTURES_REQUIRED tz_api_files)
+
+add_test(NAME api_exports COMMAND ${CMAKE_CURRENT_LIST_DIR}/api_exports.sh $<TARGET_FILE:tensorizer_shared>)
+add_test(NAME install_consumer COMMAND ${CMAKE_CURRENT_LIST_DIR}/install_consumer.sh ${CMAKE_BINARY_DIR}
+         ${CMAKE_SOURCE_DIR} ${tz_api_files_dir})
+set_tests_properties(install_consumer PROPERTIES FIXTURES_REQUIRED tz_api_files)

@@ -1,0 +1,220 @@
+// The installed C++ API (tensorizer/tensorizer.hpp, libtensorizer.so) against files this test writes:
+// open and list, load all / some / one, caller memory, verification with a corrupted file, keys and
+// passphrases, progress, the device path (no GPU here: errc::no_device), and error values.
+#include "api_test_files.hpp"
+
+#include "tensorizer/tensorizer.hpp"
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+namespace {
+
+using tensorizer::errc;
+
+// The files of tests/api_test_files.hpp, written once per run into a directory of this process.
+const std::string& files() {
+  static const std::string dir = [] {
+    std::string d = std::string(TZ_BINARY_DIR) + "/api_test_" + std::to_string(::getpid());
+    std::filesystem::create_directories(d);
+    tz_test::write_api_test_files(d);
+    auto m = tensorizer::model::open(d + "/plain.tensors").value();
+    tz_test::corrupt_b(d + "/plain.tensors", d + "/corrupt.tensors", m.tensors().at(*m.find("b")).offset);
+    return d;
+  }();
+  return dir;
+}
+
+struct cleanup {
+  ~cleanup() {
+    std::error_code ec;
+    std::filesystem::remove_all(std::string(TZ_BINARY_DIR) + "/api_test_" + std::to_string(::getpid()), ec);
+  }
+} cleanup_at_exit;
+
+std::string path(const char* name) { return files() + "/" + name; }
+
+// The expected values of tensor `name` (api_test_tensors).
+std::vector<float> expected(std::string_view name) {
+  for (auto& t : tz_test::api_test_tensors())
+    if (t.name == name) return t.values;
+  FAIL("no such test tensor");
+  return {};
+}
+
+std::vector<float> floats(std::span<const std::byte> b) {
+  std::vector<float> out(b.size() / sizeof(float));
+  std::memcpy(out.data(), b.data(), out.size() * sizeof(float));
+  return out;
+}
+
+void check_all(const tensorizer::host_tensors& h) {
+  REQUIRE(h.size() == 3);
+  for (std::size_t i = 0; i < h.size(); ++i) CHECK(floats(h.data(i)) == expected(h.info(i).name));
+}
+
+tensorizer::options with_key() {
+  tensorizer::options o;
+  auto k = tz_test::api_test_key();
+  o.decryption = tensorizer::decryption_key::from_key(k).value();
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("the version macros match the library") {
+  auto v = tensorizer::version();
+  CHECK(v.major == TENSORIZER_VERSION_MAJOR);
+  CHECK(v.minor == TENSORIZER_VERSION_MINOR);
+  CHECK(std::string(v.text) == TENSORIZER_VERSION_STRING);
+}
+
+TEST_CASE("open lists every tensor with its dtype, shape, size and offset") {
+  for (const char* file : {"plain.tensors", "model.safetensors"}) {
+    auto m = tensorizer::model::open(path(file));
+    REQUIRE_MESSAGE(m.has_value(), (m.has_value() ? std::string() : m.error().message));
+    CHECK(m->is_safetensors() == (std::string(file) == "model.safetensors"));
+    CHECK_FALSE(m->encrypted());
+    const auto& t = m->tensors();
+    REQUIRE(t.size() == 3);
+    auto a = t.at(*m->find("a"));
+    CHECK(a.dtype == "float32");
+    CHECK(a.shape == std::vector<std::uint64_t>{2, 3});
+    CHECK(a.size_bytes == 24);
+    CHECK(t.at(*m->find("layer.0.weight")).size_bytes == 4000);
+    CHECK(a.offset > 0);
+    CHECK_FALSE(m->find("nope"));
+  }
+}
+
+TEST_CASE("load all, some and one tensor into host memory") {
+  auto m = tensorizer::model::open(path("plain.tensors"), {.verify = true}).value();
+  check_all(m.load().value());
+  auto some = m.load({"layer.0.weight", "a"}).value();
+  REQUIRE(some.size() == 2);
+  CHECK(some.info(0).name == "a");  // file order, whatever the order asked
+  CHECK(floats(some.data(*some.find("layer.0.weight"))) == expected("layer.0.weight"));
+  CHECK(some.bytes() == 24 + 4000);
+  CHECK(some.timings().total_s > 0);
+  auto one = m.load_one("b").value();
+  REQUIRE(one.size() == 1);
+  CHECK(floats(one.data(0)) == expected("b"));
+  // safetensors through the same calls
+  check_all(tensorizer::model::open(path("model.safetensors")).value().load().value());
+}
+
+TEST_CASE("unknown and repeated names, missing files and bad URIs are error values") {
+  auto m = tensorizer::model::open(path("plain.tensors")).value();
+  auto r = m.load({"a", "missing"});
+  REQUIRE_FALSE(r);
+  CHECK(r.error().code == errc::not_found);
+  CHECK(r.error().message.find("'missing'") != std::string::npos);
+  CHECK(m.load({"a", "a"}).error().code == errc::invalid_argument);
+  auto none = tensorizer::model::open(path("absent.tensors"));
+  REQUIRE_FALSE(none);
+  CHECK(none.error().code == errc::not_found);
+  CHECK_THROWS_AS(none.value(), tensorizer::exception);
+  CHECK(tensorizer::model::open("http://").error().code == errc::invalid_argument);
+  CHECK(std::string(tensorizer::errc_name(errc::hash_mismatch)) == "hash_mismatch");
+}
+
+TEST_CASE("load_into fills caller memory and refuses a buffer of the wrong size") {
+  auto m = tensorizer::model::open(path("plain.tensors")).value();
+  std::vector<float> a(6), w(1000);
+  auto t = m.load_into({{"a", std::as_writable_bytes(std::span(a))}, {"layer.0.weight", std::as_writable_bytes(std::span(w))}});
+  REQUIRE_MESSAGE(t.has_value(), (t.has_value() ? std::string() : t.error().message));
+  CHECK(a == expected("a"));
+  CHECK(w == expected("layer.0.weight"));
+  std::vector<float> small(5);
+  auto bad = m.load_into({{"a", std::as_writable_bytes(std::span(small))}});
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().code == errc::invalid_argument);
+}
+
+TEST_CASE("verify passes a sound file and names the tensor of a corrupted one") {
+  CHECK(tensorizer::model::open(path("plain.tensors")).value().verify());
+  auto m = tensorizer::model::open(path("corrupt.tensors")).value();
+  auto v = m.verify();
+  REQUIRE_FALSE(v);
+  CHECK(v.error().code == errc::hash_mismatch);
+  CHECK(v.error().message.find("tensor 'b'") != std::string::npos);
+  CHECK(m.verify({"a", "layer.0.weight"}));  // the sound tensors alone pass
+  // A verified load fails the same way; an unverified one delivers the bytes as stored.
+  auto verified = tensorizer::model::open(path("corrupt.tensors"), {.verify = true}).value().load();
+  REQUIRE_FALSE(verified);
+  CHECK(verified.error().code == errc::hash_mismatch);
+  CHECK(m.load({"b"}).value().size() == 1);
+}
+
+TEST_CASE("encrypted files open with their key or passphrase and fail without or with another") {
+  auto m = tensorizer::model::open(path("key.tensors"), with_key()).value();
+  CHECK(m.encrypted());
+  check_all(m.load().value());
+  CHECK(m.verify());
+  auto pass = tensorizer::options{};
+  pass.decryption = tensorizer::decryption_key::from_passphrase(tz_test::api_test_passphrase).value();
+  check_all(tensorizer::model::open(path("passphrase.tensors"), pass).value().load().value());
+
+  auto no_key = tensorizer::model::open(path("key.tensors")).value().load();
+  REQUIRE_FALSE(no_key);
+  CHECK(no_key.error().code == errc::crypto);
+  auto other = tensorizer::options{};
+  std::array<std::uint8_t, 32> wrong{};
+  other.decryption = tensorizer::decryption_key::from_key(wrong).value();
+  auto wrong_key = tensorizer::model::open(path("key.tensors"), other).value().load();
+  REQUIRE_FALSE(wrong_key);
+  CHECK(wrong_key.error().code == errc::crypto);
+  CHECK(tensorizer::model::open(path("plain.tensors"), with_key()).value().load().error().code == errc::crypto);
+  CHECK(tensorizer::decryption_key::from_key(std::span(wrong).first(31)).error().code == errc::invalid_argument);
+  CHECK(tensorizer::decryption_key::from_passphrase("").error().code == errc::invalid_argument);
+}
+
+TEST_CASE("progress reaches the total, for loads and verify; a throwing callback is contained") {
+  std::mutex mu;
+  std::vector<tensorizer::progress> seen;
+  tensorizer::options o;
+  o.threads = 2;  // a private scheduler, stopped with the model
+  o.on_progress = [&](const tensorizer::progress& p) {
+    std::lock_guard lock(mu);
+    seen.push_back(p);
+  };
+  auto m = tensorizer::model::open(path("plain.tensors"), o).value();
+  REQUIRE(m.load());
+  REQUIRE_FALSE(seen.empty());
+  CHECK(seen.back().bytes_done == seen.back().bytes_total);
+  CHECK(seen.back().tensors_done == 3);
+  seen.clear();
+  REQUIRE(m.verify());
+  REQUIRE_FALSE(seen.empty());
+  CHECK(seen.back().bytes_done == seen.back().bytes_total);
+  tensorizer::options throwing;
+  throwing.on_progress = [](const tensorizer::progress&) { throw std::runtime_error("callback"); };
+  check_all(tensorizer::model::open(path("plain.tensors"), throwing).value().load().value());
+}
+
+TEST_CASE("a device load returns device memory, or errc::no_device without a GPU") {
+  auto m = tensorizer::model::open(path("plain.tensors")).value();
+  auto d = m.load_to_device(0, {"a", "b"});
+  if (d) {
+    CHECK(d->size() == 2);
+    CHECK(d->device() == 0);
+    CHECK(d->data(0) != nullptr);
+  } else {
+    CHECK_MESSAGE(d.error().code == errc::no_device, d.error().message);
+  }
+  CHECK_FALSE(m.load_to_device(0, {"missing"}));
+}
+
+TEST_CASE("invalid remote options are refused at open") {
+  tensorizer::options o;
+  o.connect_timeout_s = -1;
+  CHECK(tensorizer::model::open(path("plain.tensors"), o).error().code == errc::invalid_argument);
+  o = {};
+  o.connections = 1000;
+  CHECK(tensorizer::model::open(path("plain.tensors"), o).error().code == errc::invalid_argument);
+}

@@ -1,0 +1,90 @@
+// The small models the public-API tests read (tests/api.cmake): written by the project's own writers
+// into a directory, so the C++ suite, the C test program and the installed-package consumer all
+// check the same bytes. Three float32 tensors with values the readers can recompute:
+//   "a" [2,3] = 0..5, "b" [4] = 10..13, "layer.0.weight" [1000] = i / 2.
+// Files: plain.tensors, corrupt.tensors (one byte of "b" flipped), key.tensors (encrypted with
+// api_test_key: bytes 1..32), passphrase.tensors (api_test_passphrase, the cheapest Argon2id
+// parameters), model.safetensors.
+#pragma once
+
+#include "tz/format/encryption.hpp"
+#include "tz/format/safetensors.hpp"
+#include "tz/format/writer.hpp"
+#include "tz/sodium.hpp"
+
+#include <array>
+#include <cstdint>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace tz_test {
+
+inline constexpr const char* api_test_passphrase = "correct horse battery staple";
+
+inline std::array<std::uint8_t, 32> api_test_key() {
+  std::array<std::uint8_t, 32> k{};
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<std::uint8_t>(i + 1);
+  return k;
+}
+
+struct api_tensor {
+  std::string name;
+  std::vector<std::uint64_t> shape;
+  std::vector<float> values;
+};
+
+inline std::vector<api_tensor> api_test_tensors() {
+  std::vector<api_tensor> out{{"a", {2, 3}, {}}, {"b", {4}, {}}, {"layer.0.weight", {1000}, {}}};
+  for (int i = 0; i < 6; ++i) out[0].values.push_back(static_cast<float>(i));
+  for (int i = 0; i < 4; ++i) out[1].values.push_back(static_cast<float>(10 + i));
+  for (int i = 0; i < 1000; ++i) out[2].values.push_back(static_cast<float>(i) / 2);
+  return out;
+}
+
+template <class T>
+T checked(tz::result<T> r, const char* what) {
+  if (!r) throw std::runtime_error(std::string(what) + ": " + r.error().message);
+  if constexpr (!std::is_void_v<T>) return std::move(*r);
+}
+
+inline void write_tensors_file(const std::string& path, tz::format::tensor_encryptor* enc) {
+  auto w = checked(tz::format::tensor_writer::create(path, {enc}), "create");
+  auto f32 = checked(tz::format::dtype_from_torch("torch.float32"), "dtype");
+  for (const auto& t : api_test_tensors()) {
+    tz::format::tensor_write tw;
+    tw.path = tz::format::plain_path(t.name);
+    tw.dtype = f32;
+    tw.shape = t.shape;
+    tw.data = std::as_bytes(std::span<const float>(t.values));
+    checked(w.write(tw), "write");
+  }
+  checked(w.close(), "close");
+}
+
+// Flips one byte of tensor "b"'s stored data (plain.tensors' layout, found through the index).
+inline void corrupt_b(const std::string& plain, const std::string& out, std::uint64_t b_data_offset) {
+  std::ifstream in(plain, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  bytes.at(b_data_offset + 1) ^= 0x40;
+  std::ofstream(out, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Writes every file but corrupt.tensors (which needs "b"'s offset: see corrupt_b). Throws on failure.
+inline void write_api_test_files(const std::string& dir) {
+  write_tensors_file(dir + "/plain.tensors", nullptr);
+  auto k = api_test_key();
+  auto by_key = tz::format::tensorizer_encryptor::from_key(checked(tz::crypto::secret_key::from_bytes(k), "key"));
+  write_tensors_file(dir + "/key.tensors", &by_key);
+  auto pass = checked(tz::crypto::passphrase::from_string(api_test_passphrase), "passphrase");
+  tz::crypto::kdf_params cheap{1, 8192, tz::crypto::alg_argon2id13, tz::crypto::random_salt()};
+  auto by_pass = checked(tz::format::tensorizer_encryptor::from_passphrase(pass, cheap), "derive");
+  write_tensors_file(dir + "/passphrase.tensors", &by_pass);
+  auto tensors = api_test_tensors();
+  std::vector<tz::format::st_write_tensor> st;
+  for (const auto& t : tensors) st.push_back({t.name, "F32", t.shape, std::as_bytes(std::span<const float>(t.values))});
+  checked(tz::format::write_safetensors(dir + "/model.safetensors", st), "safetensors");
+}
+
+}  // namespace tz_test
