@@ -15,7 +15,9 @@ add_test(NAME api_files COMMAND api_files ${tz_api_files_dir})
 set_tests_properties(api_files PROPERTIES FIXTURES_SETUP tz_api_files)
 
 # The suite links the engine's format writer too (static, its own copy): the library exports none of it.
-tz_add_doctest(api_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/api_test.cpp LIBS tensorizer::tensorizer tz::format tz::crypto)
+# Its "http" suite needs nginx: the entry api_test_http in tests/net_cli.cmake runs it.
+tz_add_doctest(api_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/api_test.cpp LIBS tensorizer::tensorizer tz::format tz::crypto
+               EXCLUDE http)
 
 add_executable(c_api_test ${CMAKE_CURRENT_LIST_DIR}/c_api_test.c)
 set_target_properties(c_api_test PROPERTIES LINKER_LANGUAGE C)

@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -217,4 +218,29 @@ TEST_CASE("invalid remote options are refused at open") {
   o = {};
   o.connections = 1000;
   CHECK(tensorizer::model::open(path("plain.tensors"), o).error().code == errc::invalid_argument);
+}
+
+// Against nginx (CTest entry api_test_http, tests/net_cli.cmake, which starts it): the cache options
+// reach the node-local cache, and model::cache_status() tells what it did.
+TEST_SUITE("http") {
+  TEST_CASE("a remote model through the node-local cache: filled by the first load, read from the copy next") {
+    const char* top = std::getenv("TZ_NET_WORKDIR");
+    const char* base = std::getenv("TZ_NET_PORT_BASE");
+    REQUIRE_MESSAGE((top && base), "run through CTest (api_test_http): it starts nginx");
+    const std::string www = std::string(top) + "/nginx/www/api-test";
+    std::filesystem::create_directories(www);
+    std::filesystem::copy_file(path("plain.tensors"), www + "/plain.tensors",
+                               std::filesystem::copy_options::overwrite_existing);
+    const std::string url = "http://127.0.0.1:" + std::to_string(std::stoi(base) + 80) + "/api-test/plain.tensors";
+    const tensorizer::options o{.cache_dir = files() + "/cache"};
+    {
+      auto m = tensorizer::model::open(url, o).value();
+      check_all(m.load().value());
+      CHECK_MESSAGE(m.cache_status().rfind("filled", 0) == 0, m.cache_status());
+    }
+    auto m = tensorizer::model::open(url, o).value();
+    check_all(m.load().value());
+    CHECK_MESSAGE(m.cache_status().rfind("hit: " + files() + "/cache/", 0) == 0, m.cache_status());
+    CHECK(tensorizer::model::open(path("plain.tensors")).value().cache_status().empty());
+  }
 }

@@ -36,6 +36,13 @@ foreach(pair "http:nginx" "s3:rgw")
                        ENVIRONMENT "${tz_net_env};TZ_NET_SCRIPTS=${tz_net_scripts}")
 endforeach()
 
+# The public C++ API's cache options against nginx (tests/api_test.cpp, suite "http").
+if(TARGET api_test)
+  add_test(NAME api_test_http COMMAND api_test --test-suite=http)
+  set_tests_properties(api_test_http PROPERTIES FIXTURES_REQUIRED net_nginx SKIP_RETURN_CODE 77
+                       ENVIRONMENT "${tz_net_env}")
+endif()
+
 # `load --device` over HTTP on the CUDA emulation (tests/cuda_emulation.cmake, tools/CMakeLists.txt).
 if(TARGET tensorizer_emulated)
   add_test(NAME cli_device_emulated_http COMMAND ${CMAKE_CURRENT_LIST_DIR}/cli_device_emulated.sh http

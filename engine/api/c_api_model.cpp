@@ -2,6 +2,7 @@
 // The handle structs and the status helpers are c_api.hpp's, shared with the options (c_api.cpp).
 #include "c_api.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace {
@@ -84,6 +85,21 @@ tz_status tz_model_find(const tz_model* model, const char* name, size_t* index) 
 }
 
 int tz_model_encrypted(const tz_model* model) { return model && model->m.encrypted() ? 1 : 0; }
+
+size_t tz_model_cache_status(const tz_model* model, char* buf, size_t size) {
+  std::string status;
+  try {
+    if (model) status = model->m.cache_status();
+  } catch (...) {  // out of memory: report nothing rather than let an exception cross into C
+    status.clear();
+  }
+  if (buf && size > 0) {
+    const size_t n = std::min(size - 1, status.size());
+    std::memcpy(buf, status.data(), n);
+    buf[n] = '\0';
+  }
+  return status.size();
+}
 
 tz_status tz_model_load(const tz_model* model, const char* const* names, size_t count, tz_host_tensors** out) {
   TZ_C_REQUIRE(model && out, "tz_model_load");

@@ -117,8 +117,11 @@ tz::result<tz::remote_options> remote_options_from(const options& o) {
   r.s3.session_token = o.s3_session_token;
   r.s3.s3_config_path = o.s3_config_path;
   r.s3.virtual_host_style = o.s3_virtual_host;
-  r.cache.dir = o.cache_dir;
-  r.cache.max_bytes = o.cache_max_bytes;
+  // As the CLI and Python: TENSORIZER_CACHE_DIR / _MAX_SIZE unless the options say otherwise.
+  TZ_TRY(cache, tz::cache_options_from_env());
+  r.cache = std::move(cache);
+  if (!o.cache_dir.empty()) r.cache.dir = o.cache_dir;
+  if (o.cache_max_bytes != 0) r.cache.max_bytes = o.cache_max_bytes;
   return r;
 }
 

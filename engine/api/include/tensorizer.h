@@ -118,8 +118,9 @@ tz_status tz_options_set_connections(tz_options* options, unsigned connections);
  * ~/.aws/credentials decides). Both keys "" means unsigned requests. */
 tz_status tz_options_set_s3(tz_options* options, const char* endpoint, const char* region,
                             const char* access_key_id, const char* secret_access_key, const char* session_token);
-/* Node-local cache of http(s):// and s3:// objects in directory `dir` (NULL or "": no cache),
- * bounded by max_bytes (0 = the cache's default). */
+/* Node-local cache of http(s):// and s3:// objects in directory `dir` (NULL or "":
+ * TENSORIZER_CACHE_DIR when set, else no cache), bounded by max_bytes (0: TENSORIZER_CACHE_MAX_SIZE,
+ * else half the directory's file system). */
 tz_status tz_options_set_cache(tz_options* options, const char* dir, uint64_t max_bytes);
 /* Calls fn(done, total, user) during loads (NULL fn: no progress). `user` is passed through and
  * must stay valid while models opened with these options load. */
@@ -142,6 +143,10 @@ tz_status tz_model_tensor_info(const tz_model* model, size_t index, tz_tensor_in
 tz_status tz_model_find(const tz_model* model, const char* name, size_t* index);
 /* Nonzero when the file is encrypted (needs a decryption key or passphrase). */
 int tz_model_encrypted(const tz_model* model);
+/* What the node-local cache did for the model's source (see tensorizer::model::cache_status), as a
+ * NUL-terminated string copied into buf (truncated to size - 1 bytes; buf may be NULL when size is
+ * 0). Returns the full length, without the NUL; 0 when the source is not cached. */
+size_t tz_model_cache_status(const tz_model* model, char* buf, size_t size);
 
 /* Loads `count` named tensors (names NULL or count 0: all) into one library-owned host allocation.
  * Completes when every byte is in memory, decrypted and checked (with verify). *out owns it (free

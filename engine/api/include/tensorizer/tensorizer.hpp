@@ -158,8 +158,10 @@ struct options {
   std::string s3_session_token;
   std::string s3_config_path;   // an s3cmd config file (default ~/.s3cfg)
   bool s3_virtual_host = false; // https://bucket.host/key addressing
-  // Node-local cache for http(s):// and s3:// objects: empty dir = no cache; max_bytes 0 = the
-  // cache's default bound.
+  // Node-local cache for http(s):// and s3:// objects (backends/CACHE.md): a load keeps a copy in
+  // cache_dir, keyed by URI + ETag, and later opens of the unchanged object read it. Empty dir:
+  // TENSORIZER_CACHE_DIR when set, else no cache. max_bytes 0: TENSORIZER_CACHE_MAX_SIZE, else half
+  // the file system holding the directory.
   std::string cache_dir;
   std::uint64_t cache_max_bytes = 0;
 
@@ -255,6 +257,10 @@ class model {
   bool is_safetensors() const noexcept;
   bool encrypted() const noexcept;
   double open_seconds() const noexcept;
+  // What the node-local cache did for this model's source: "hit: PATH", "filled: PATH",
+  // "filled, being published: PATH", "filling (...)", "bypassed: WHY", "not kept: WHY"; empty when
+  // the source is not cached (local files, Redis, no cache directory).
+  std::string cache_status() const;
   // Every tensor, in file order. Valid as long as this model (or a copy of it) lives.
   const std::vector<tensor_info>& tensors() const noexcept;
   std::optional<std::size_t> find(std::string_view name) const noexcept;
