@@ -3,7 +3,7 @@
 # OUT/NAME.json (every run), OUT/NAME.txt (what the bench printed), OUT/NAME.png (the chart, with
 # the command under it). Run it from a quiet machine; the charts are only as good as the runs.
 # usage: bench/make_charts.sh [BUILD_DIR=build] [OUT=bench/charts]
-# env: SIZE_MIB (1024), RUNS (7), BENCHES ("load encrypted remote python": any subset),
+# env: SIZE_MIB (1024), RUNS (7), BENCHES ("load encrypted remote cache python": any subset),
 #      PYTHON (python3: runs charts.py).
 # A bench that cannot run here (exit 77: no servers, no Python package) is skipped and said so.
 set -euo pipefail
@@ -32,7 +32,7 @@ run() {
   fi
 }
 
-for bench in ${BENCHES:-load encrypted remote python}; do
+for bench in ${BENCHES:-load encrypted remote cache python}; do
   case $bench in
     load) run load_bench -- "$build/bin/load_bench" --size-mib "$size" --runs "$runs" --peers \
             --json "$out/load_bench.json" ;;
@@ -40,11 +40,13 @@ for bench in ${BENCHES:-load encrypted remote python}; do
                  --json "$out/encrypted_load_bench.json" ;;
     remote) run remote_load_bench -- bench/remote_load_bench.sh --json "$out/remote_load_bench.json" "$build" \
               "$size" 4 "$runs" ;;
+    cache) run cache_bench -- "$python" bench/cache_bench.py "$build" --size-mib "$size" --runs "$runs" \
+             --json "$out/cache_bench.json" ;;
     python) [[ -x $build/venv/bin/python ]] || { skipped+=("python_load_bench (no $build/venv: scripts/python_build.sh)"); continue; }
             run python_load_bench -- "$build/venv/bin/python" bench/python_load_bench.py --size "$size" \
               --rounds 3 --runs 3 --cli "$build/bin/tensorizer" --ours-python "$build/venv/bin/python" \
               --json "$out/python_load_bench.json" ;;
-    *) echo "make_charts: unknown bench '$bench' (load, encrypted, remote, python)"; exit 2 ;;
+    *) echo "make_charts: unknown bench '$bench' (load, encrypted, remote, cache, python)"; exit 2 ;;
   esac
 done
 (( ${#made[@]} )) || { echo "make_charts: no bench ran"; exit 1; }
