@@ -315,8 +315,13 @@ def _save_wrapper(obj, f, pickle_module=pickle, *args, **kwargs):
         _save_target.reset(token)
 
 
+# torch.load's default pickle_module (None since torch 1.13), 2.11.1's name for it.
+_LOAD_WRAPPER_DEFAULT_MODULE: Any = None
+
+
 @functools.wraps(_ORIG_TORCH_LOAD)
-def _load_wrapper(f, map_location=None, pickle_module=None, *args, weights_only=None, **kwargs):
+def _load_wrapper(f, map_location=None, pickle_module=_LOAD_WRAPPER_DEFAULT_MODULE, *args, weights_only=None,
+                  **kwargs):
     settings = _loading.get()
     if settings is None:
         return _ORIG_TORCH_LOAD(f, map_location, pickle_module, *args, weights_only=weights_only, **kwargs)
