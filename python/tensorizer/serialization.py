@@ -712,6 +712,9 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
     and complex dtypes. On the CPU they share memory with the engine's load buffer (no copy).
     """
 
+    # Compressed tensors are not written or read (as in 2.11.1, where this counter stays 0).
+    total_compressed_tensor_bytes = 0
+
     def __init__(
         self,
         file_obj,
@@ -1363,6 +1366,9 @@ class TensorSerializer:
     Also a context manager: leaving the block closes the file, or discards it when the block
     raised.
     """
+
+    # Compressed tensors are not written or read (as in 2.11.1, where this counter stays 0).
+    total_compressed_tensor_bytes = 0
 
     def __init__(
         self,

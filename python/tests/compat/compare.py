@@ -58,7 +58,8 @@ def _class_diffs(module: str, name: str, real: dict, ours: dict) -> dict:
     for member, entry in theirs.items():
         key = (module, f"{name}.{member}")
         if member not in mine:
-            out[key] = "missing"
+            if member not in ours.get("names", ()):  # else inherited (e.g. io's closed, readline)
+                out[key] = "missing"
         else:
             diff = _record_diff(entry, mine[member])
             if diff:
@@ -98,8 +99,8 @@ def differences(real: dict, ours: dict) -> dict:
     for module, names in real["modules"].items():
         out.update(_module_diffs(module, names, ours["modules"].get(module)))
     for cls, attrs in real["instances"].items():
-        mine = set(ours["instances"].get(cls, ()))
-        out.update({(cls, f"instance.{a}"): "missing" for a in attrs if a not in mine})
+        mine = set(ours["instances"].get(cls, {}).get("all", ()))
+        out.update({(cls, f"instance.{a}"): "missing" for a in attrs["own"] if a not in mine})
     for case, outcome in real["errors"].items():
         diff = _error_diff(outcome, ours["errors"].get(case))
         if diff:

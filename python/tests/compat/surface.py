@@ -163,6 +163,7 @@ def module_surface(name: str) -> dict:
         out[attr] = record(value)
         if out[attr]["kind"] == "class" and (getattr(value, "__module__", None) or "").startswith("tensorizer"):
             out[attr]["members"] = class_members(value)
+            out[attr]["names"] = sorted(dir(value))  # inherited from outside the package included
     return out
 
 
@@ -193,7 +194,9 @@ def instance_attributes(tmp: str) -> dict:
     path = _write_tiny(os.path.join(tmp, "inst.tensors"))
     serializer = TensorSerializer(os.path.join(tmp, "inst2.tensors"))
     deserializer = TensorDeserializer(path, lazy_load=True)
-    out = {name: sorted(a for a in vars(obj) if not a.startswith("__"))
+    # "own": what 2.11.1 sets per instance; "all": everything reachable (a property counts too).
+    out = {name: {"own": sorted(a for a in vars(obj) if not a.startswith("__")),
+                  "all": sorted(a for a in dir(obj) if not a.startswith("__"))}
            for name, obj in (("TensorSerializer", serializer), ("TensorDeserializer", deserializer))}
     serializer.close()
     deserializer.close()
