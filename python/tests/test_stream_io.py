@@ -716,6 +716,49 @@ def test_s3_credentials_from_an_s3cmd_config(s3_server, tmp_path):
         assert f.read(8) == DATA[:8]
 
 
+def test_default_s3_read_endpoint_is_read_at_open(s3_server, monkeypatch):
+    # As in 2.11.1, the module-level default is the endpoint of last resort and is read at each open.
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    kwargs = {**s3_kwargs(s3_server), "s3_endpoint": None}
+    monkeypatch.setattr(stream_io, "default_s3_read_endpoint", s3_server["endpoint"].split("://", 1)[1])
+    with open_stream(f"s3://{S3_BUCKET}/data.bin", **kwargs) as f:
+        assert f.read(8) == DATA[:8]
+    monkeypatch.setattr(stream_io, "default_s3_read_endpoint", "127.0.0.1:9")  # nothing listens there
+    with pytest.raises(OSError, match="127.0.0.1:9"):
+        open_stream(f"s3://{S3_BUCKET}/data.bin", timeouts={"give_up_after": 1}, **kwargs)
+
+
+def test_s3_default_config_paths_is_read_at_open(s3_server, tmp_path, monkeypatch):
+    # Pointing 2.11.1's _s3_default_config_paths at a config gives its keys and host_base to the next open.
+    config = tmp_path / "elsewhere.s3cfg"
+    host = s3_server["endpoint"].split("://", 1)[1]
+    config.write_text(f"[default]\naccess_key = {S3_KEY}\nsecret_key = {S3_SECRET}\nhost_base = {host}\n"
+                      "use_https = False\n")
+    monkeypatch.setattr(stream_io, "_s3_default_config_paths", (str(tmp_path / "missing"), str(config)))
+    stream_io._get_s3cfg_values.cache_clear()  # cached, as in 2.11.1
+    try:
+        with open_stream(f"s3://{S3_BUCKET}/data.bin") as f:
+            assert f.read(8) == DATA[:8]
+    finally:
+        stream_io._get_s3cfg_values.cache_clear()
+
+
+def test_s3cfg_helpers_match_2_11_1(tmp_path, monkeypatch):
+    config = tmp_path / "s3cfg"
+    config.write_text("[default]\naccess_key = a\nsecret_key = b\nhost_base = h:1\nuse_https = False\n")
+    assert stream_io._get_s3cfg_values(str(config)) == (str(config), "h:1", "a", "b", False)
+    (tmp_path / "bad").write_text("[other]\nx = 1\n")
+    with pytest.raises(ValueError, match="No default section"):
+        stream_io._get_s3cfg_values(str(tmp_path / "bad"))
+    assert stream_io._parse_s3_uri("s3://bucket/a/b") == ("bucket", "a/b")
+    assert stream_io._parse_redis_uri("redis://h/p") == ("h", 6379, "p")
+    assert stream_io._enforce_scheme("h:1") == "https://h:1"
+    assert stream_io._enforce_scheme("https://h", force_http=True) == "http://h"
+    with pytest.raises(ValueError, match="Non-HTTPS"):
+        stream_io._enforce_scheme("http://h")
+
+
 def test_s3_wrong_secret_is_refused(s3_server):
     with pytest.raises(OSError, match="Failed to open stream") as e:
         open_stream(f"s3://{S3_BUCKET}/data.bin", **{**s3_kwargs(s3_server), "s3_secret_access_key": "wrong"})
