@@ -23,7 +23,11 @@ and signatures):
   keyword-only `s3_session_token` argument (tensorizer issue #186). Requests are signed with SigV4;
   another `s3_signature_version` gives a warning (2.11.1 also signs with SigV4 in practice, §12.1).
   Credentials and endpoint resolve as the native engine does (format/FORMAT.md §12.1: explicit keys, the
-  s3cmd config, the AWS environment and ~/.aws/credentials, else unsigned reads).
+  s3cmd config, the AWS environment and ~/.aws/credentials, else unsigned reads), and, with botocore
+  installed, keys found nowhere before come from botocore's chain (profiles, credential_process, web
+  identity / IRSA, SSO, instance metadata), as 2.11.1's boto3 clients found them; an endpoint found
+  nowhere before is botocore's configured endpoint_url, else `default_s3_read_endpoint` /
+  `default_s3_write_endpoint` as they are at the open (see `_resolve_s3`).
 * A ``with open_stream("s3://...", "wb")`` block left by an exception discards the temporary file
   instead of uploading a partial object. As in tensorizer, ``"ab"`` does not append.
 * `CAInfo(capath=...)` works by bundling the directory's PEM certificates into a temporary CA file.
@@ -624,36 +628,86 @@ class _S3UploadFile(io.BufferedRandom):
         return False
 
 
-def _s3_config_and_endpoint(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path,
-                            for_write: bool) -> Tuple[Any, Optional[str]]:
-    """The s3cmd config path and endpoint to hand the native client. It resolves them itself, in
-    2.11.1's order, except for the two module-level settings it cannot see: `_s3_default_config_paths`
-    (the config found there is passed on by path) and `default_s3_read_endpoint` /
-    `default_s3_write_endpoint` (passed when nothing before them in the order names an endpoint)."""
-    if s3_endpoint:
-        return s3_config_path, s3_endpoint
+def _botocore_session():
+    """A fresh botocore session, or None without botocore. Fresh at each open, as 2.11.1's boto3
+    clients are, so environment and config-file changes are seen."""
+    try:
+        import botocore.session
+    except ImportError:
+        return None
+    return botocore.session.Session()
+
+
+def _botocore_credentials(session) -> Dict[str, str]:
+    """Keys (and session token) from botocore's credential chain: the environment, profiles, assume
+    role, web identity / IRSA, SSO caches, container and instance metadata. Empty when none."""
+    credentials = session.get_credentials() if session is not None else None
+    if credentials is None:
+        return {}
+    frozen = credentials.get_frozen_credentials()  # refreshed first where they expire
+    out = {"s3_access_key_id": frozen.access_key, "s3_secret_access_key": frozen.secret_key}
+    if frozen.token:
+        out["s3_session_token"] = frozen.token
+    return out
+
+
+def _botocore_endpoint(session) -> Optional[str]:
+    """The endpoint_url of the active profile's s3 section, else of the profile (as 2.11.1 asks)."""
+    if session is None:
+        return None
+    scoped = session.get_scoped_config()
+    s3_section = scoped.get("s3")
+    return (isinstance(s3_section, dict) and s3_section.get("endpoint_url")) or scoped.get("endpoint_url") or None
+
+
+def _resolve_s3(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, s3_session_token,
+                force_http, for_write: bool) -> Dict[str, Any]:
+    """The native options for an s3:// open. The native client resolves credentials and endpoint
+    itself (explicit, the s3cmd config, the AWS environment, ~/.aws/credentials; format/FORMAT.md
+    §12.1); this adds, in 2.11.1's order, what only Python can see:
+
+    * the s3cmd config found through `_s3_default_config_paths` (handed on by path);
+    * where no keys are given or in that config and botocore is installed, botocore's credentials;
+    * where s3_endpoint, the config's host_base, AWS_ENDPOINT_URL_S3 and AWS_ENDPOINT_URL name no
+      endpoint: botocore's configured endpoint_url (http:// allowed, as from the environment), else
+      `default_s3_write_endpoint` / `default_s3_read_endpoint` as they are now.
+    """
+    out = {"s3_access_key_id": s3_access_key_id, "s3_secret_access_key": s3_secret_access_key,
+           "s3_session_token": s3_session_token, "s3_endpoint": s3_endpoint,
+           "s3_config_path": None if s3_config_path is None else os.fsdecode(s3_config_path),
+           "force_http": None if force_http is None else bool(force_http)}
+    if s3_config_path is not None and not os.path.exists(s3_config_path):
+        return {k: v for k, v in out.items() if v is not None}  # the native client reports it
     parsed = _ParsedCredentials(None, None, None, None, None)
     if None in (s3_access_key_id, s3_secret_access_key):  # as there, explicit keys skip the config
-        if s3_config_path is not None and not os.path.exists(s3_config_path):
-            return s3_config_path, None  # the native client reports the unreadable config
         try:
             parsed = _get_s3cfg_values(s3_config_path)
         except ValueError:
             pass
-        if s3_config_path is None and parsed.config_file is not None:
-            s3_config_path = parsed.config_file
-    if parsed.s3_endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
-        return s3_config_path, None  # the native client finds the same one (and its http:// rule)
-    return s3_config_path, default_s3_write_endpoint if for_write else default_s3_read_endpoint
+        out["s3_config_path"] = out["s3_config_path"] or parsed.config_file
+    session = None
+    keys_in_config = parsed.s3_access_key and parsed.s3_secret_key
+    if s3_access_key_id is None and s3_secret_access_key is None and not keys_in_config:
+        session = _botocore_session()
+        found = _botocore_credentials(session)
+        if s3_session_token is not None:
+            found.pop("s3_session_token", None)
+        out.update(found)
+    if not (s3_endpoint or parsed.s3_endpoint or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")):
+        endpoint = _botocore_endpoint(session or _botocore_session())
+        if endpoint and endpoint.lower().startswith("http://"):
+            out["force_http"] = True
+        out["s3_endpoint"] = endpoint or (default_s3_write_endpoint if for_write else default_s3_read_endpoint)
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def _uri_options(spec: str, for_write: bool = False) -> Dict[str, Any]:
     """Native options for a URI that TensorSerializer / TensorDeserializer open themselves: for s3://
-    what `open_stream` would add (the module-level settings above), else none."""
+    what `open_stream` would use (see _resolve_s3), else none."""
     if not spec.lower().startswith("s3://"):
         return {}
-    s3_config_path, s3_endpoint = _s3_config_and_endpoint(None, None, None, None, for_write)
-    return {k: v for k, v in (("s3_config_path", s3_config_path), ("s3_endpoint", s3_endpoint)) if v is not None}
+    return _resolve_s3(None, None, None, None, None, None, for_write)
 
 
 def _s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, force_http, s3_region_name,
@@ -666,20 +720,10 @@ def _s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_p
         )
     options = _tls_options(certificate_handling)
     options.update(_time_options(timeouts))
-    s3_config_path, s3_endpoint = _s3_config_and_endpoint(s3_access_key_id, s3_secret_access_key, s3_endpoint,
-                                                          s3_config_path, for_write)
-    for key, value in (
-        ("s3_access_key_id", s3_access_key_id),
-        ("s3_secret_access_key", s3_secret_access_key),
-        ("s3_session_token", s3_session_token),
-        ("s3_endpoint", s3_endpoint),
-        ("s3_config_path", None if s3_config_path is None else os.fsdecode(s3_config_path)),
-        ("s3_region", s3_region_name),
-    ):
-        if value is not None:
-            options[key] = value
-    if force_http is not None:
-        options["force_http"] = bool(force_http)
+    options.update(_resolve_s3(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path,
+                               s3_session_token, force_http, for_write))
+    if s3_region_name is not None:
+        options["s3_region"] = s3_region_name
     return options
 
 
@@ -760,9 +804,11 @@ def open_stream(
     * s3://: "rb" gives a `CURLStreamFile` over the object; "wb", "ab", "wb+", "ab+" give a temporary
       file uploaded when closed ("ab" does not append). Credentials: `s3_access_key_id` and
       `s3_secret_access_key` ("" and "" for unsigned requests to public buckets), else
-      `s3_config_path` / ~/.s3cfg, else the AWS environment and ~/.aws/credentials, with
-      `s3_session_token` or AWS_SESSION_TOKEN. Endpoint: `s3_endpoint`, the s3cmd host_base,
-      AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else CoreWeave's (format/FORMAT.md §12.1). `force_http` uses
+      `s3_config_path` / `_s3_default_config_paths`, else botocore's credential chain where botocore is
+      installed, else the AWS environment and ~/.aws/credentials, with `s3_session_token` or
+      AWS_SESSION_TOKEN. Endpoint: `s3_endpoint`, the s3cmd host_base, AWS_ENDPOINT_URL_S3,
+      AWS_ENDPOINT_URL, botocore's endpoint_url, else `default_s3_read_endpoint` /
+      `default_s3_write_endpoint` (format/FORMAT.md §12.1). `force_http` uses
       http:// for the endpoint; `s3_region_name` sets the signing region.
     * anything else, an os.PathLike, or an int file descriptor: the built-in ``open(path, mode,
       buffering=buffer_size or io.DEFAULT_BUFFER_SIZE)``, positioned at `begin`; binary modes only

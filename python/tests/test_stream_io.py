@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -737,6 +738,31 @@ def test_s3_default_config_paths_is_read_at_open(s3_server, tmp_path, monkeypatc
                       "use_https = False\n")
     monkeypatch.setattr(stream_io, "_s3_default_config_paths", (str(tmp_path / "missing"), str(config)))
     stream_io._get_s3cfg_values.cache_clear()  # cached, as in 2.11.1
+    try:
+        with open_stream(f"s3://{S3_BUCKET}/data.bin") as f:
+            assert f.read(8) == DATA[:8]
+    finally:
+        stream_io._get_s3cfg_values.cache_clear()
+
+
+def test_s3_credentials_and_endpoint_from_botocore(s3_server, tmp_path, monkeypatch):
+    # A profile whose keys come from a credential_process, a source only botocore knows, and whose
+    # endpoint_url is an http:// one (allowed from config, as in 2.11.1): nothing passed to open_stream.
+    pytest.importorskip("botocore", reason="botocore supplies these credentials; without it there are none")
+    helper = tmp_path / "creds.py"
+    helper.write_text(f"import json; print(json.dumps({{'Version': 1, 'AccessKeyId': '{S3_KEY}', "
+                      f"'SecretAccessKey': '{S3_SECRET}'}}))\n")
+    config = tmp_path / "aws_config"
+    config.write_text(f"[profile tz-test]\ncredential_process = {sys.executable} {helper}\n"
+                      f"endpoint_url = {s3_server['endpoint']}\n")
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                 "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_PROFILE", "tz-test")
+    monkeypatch.setattr(stream_io, "_s3_default_config_paths", (str(tmp_path / "no-s3cfg"),))
+    stream_io._get_s3cfg_values.cache_clear()
     try:
         with open_stream(f"s3://{S3_BUCKET}/data.bin") as f:
             assert f.read(8) == DATA[:8]
