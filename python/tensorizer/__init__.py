@@ -13,7 +13,7 @@ import importlib
 import importlib.util
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "TensorSerializer",
@@ -49,6 +49,9 @@ _FROM_MODULE = {
     "DecryptionParams": "._crypt",
 }
 _SUBMODULES = ("serialization", "stream_io", "torch_compat", "utils", "protobuf", "tensors_pb2")
+# Internal modules that 2.11.1's `import tensorizer` imports too, so `tensorizer._crypt.available`
+# and the like work without importing them first.
+_SUBMODULES += ("_crypt", "_syscalls", "_version")
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these come from __getattr__
     from . import protobuf, serialization, stream_io, tensors_pb2, torch_compat, utils

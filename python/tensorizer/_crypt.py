@@ -29,6 +29,10 @@ from . import _C
 
 __all__ = ["CryptographyError", "EncryptionParams", "DecryptionParams"]
 
+# 2.11.1's flag for "libsodium was found, encryption works". libsodium is linked into the native
+# module, so wherever this module imports (it needs _C), encryption is available.
+available: bool = True
+
 _KEY_BYTES = 32
 _SALT_BYTES = 16
 _BytesLike = (bytes, bytearray, memoryview)

@@ -35,6 +35,7 @@ import collections.abc
 import concurrent.futures
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import io
 import itertools
@@ -65,7 +66,7 @@ import numpy
 import torch
 
 from . import _C
-from . import _crypt
+from . import _crypt, stream_io, utils
 from ._crypt import DecryptionParams, EncryptionParams
 
 __all__ = [
@@ -605,7 +606,11 @@ def _open_source(file_obj) -> _OpenedSource:
         if isinstance(file_obj, os.PathLike):
             spec = os.fspath(spec)
         kind = "uri" if _is_remote(spec) and not isinstance(file_obj, os.PathLike) else "path"
-        return _OpenedSource(_C.Source.open(spec), spec=spec, kind=kind)
+        if kind == "path" and not os.path.exists(spec):
+            # 2.11.1 opens local paths with open(): the OS's own error, with errno and filename set.
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), spec)
+        options = stream_io._uri_options(spec) if kind == "uri" else {}
+        return _OpenedSource(_C.Source.open(spec, **options), spec=spec, kind=kind)
     if isinstance(file_obj, int) and not isinstance(file_obj, bool):
         path = _fd_path(file_obj)
         if path is None:
@@ -706,6 +711,9 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
     Returned tensors are ``torch.nn.Parameter`` objects, with ``requires_grad`` for floating
     and complex dtypes. On the CPU they share memory with the engine's load buffer (no copy).
     """
+
+    # Compressed tensors are not written or read (as in 2.11.1, where this counter stays 0).
+    total_compressed_tensor_bytes = 0
 
     def __init__(
         self,
@@ -1243,7 +1251,8 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         elif self._header_source is not None:
             source = self._header_source
         elif opened is not None and opened.spec is not None:
-            source = _C.Source.open(opened.spec)
+            options = stream_io._uri_options(opened.spec) if opened.kind == "uri" else {}
+            source = _C.Source.open(opened.spec, **options)
         else:
             raise RuntimeError(
                 f"The headers of {self._entries[missing[0]].display} are not available:"
@@ -1358,6 +1367,9 @@ class TensorSerializer:
     raised.
     """
 
+    # Compressed tensors are not written or read (as in 2.11.1, where this counter stays 0).
+    total_compressed_tensor_bytes = 0
+
     def __init__(
         self,
         file_obj,
@@ -1399,7 +1411,8 @@ class TensorSerializer:
             spec = os.fsdecode(file_obj) if not isinstance(file_obj, str) else file_obj
             if isinstance(file_obj, os.PathLike):
                 spec = os.fspath(spec)
-            self._writer = _C.Writer(spec, encryption=native_enc)
+            options = {} if isinstance(file_obj, os.PathLike) else stream_io._uri_options(spec, for_write=True)
+            self._writer = _C.Writer(spec, encryption=native_enc, **options)
             return
         if isinstance(file_obj, int) and not isinstance(file_obj, bool):
             file_obj = open(file_obj, "wb", closefd=False)  # noqa: SIM115 - closed in close()
@@ -1435,7 +1448,7 @@ class TensorSerializer:
             raise ValueError("TensorSerializer is closed")
         return self._writer
 
-    def _write(self, idx: int, path: _Path, tensor_type, tensor) -> None:
+    def _write_entry(self, idx: int, path: _Path, tensor_type, tensor) -> None:
         writer = self._writer_or_raise()
         kind = int(TensorType(tensor_type))
         if isinstance(idx, bool) or not isinstance(idx, int):
@@ -1487,7 +1500,7 @@ class TensorSerializer:
         ``name`` is a str, or a tuple of str/int for a structured path. A numpy dtype without a
         torch equivalent raises ``TypeError``; quantized torch dtypes ``NotImplementedError``;
         a name used twice or clashing with an earlier path ``ValueError``."""
-        self._write(idx, _to_path(name), tensor_type, tensor)
+        self._write_entry(idx, _to_path(name), tensor_type, tensor)
 
     def write_module(
         self,
@@ -1526,7 +1539,7 @@ class TensorSerializer:
                     and not is_persistent(module_name, module, attr)
                 ):
                     continue
-                self._write(idx, (label,), kind, tensor)
+                self._write_entry(idx, (label,), kind, tensor)
                 if remove_tensors:
                     setattr(module, attr, None)
 
@@ -1536,7 +1549,7 @@ class TensorSerializer:
         levels or a top-level list give structured names. Mapping keys must be ``str``
         (``TypeError``); every leaf must be a ``torch.Tensor`` (``TypeError``)."""
         for path, tensor in _flatten_state_dict(state_dict):
-            self._write(0, path, TensorType.STATE_DICT, tensor)
+            self._write_entry(0, path, TensorType.STATE_DICT, tensor)
 
     # -- finishing ---------------------------------------------------------------------------
 

@@ -23,7 +23,11 @@ and signatures):
   keyword-only `s3_session_token` argument (tensorizer issue #186). Requests are signed with SigV4;
   another `s3_signature_version` gives a warning (2.11.1 also signs with SigV4 in practice, §12.1).
   Credentials and endpoint resolve as the native engine does (format/FORMAT.md §12.1: explicit keys, the
-  s3cmd config, the AWS environment and ~/.aws/credentials, else unsigned reads).
+  s3cmd config, the AWS environment and ~/.aws/credentials, else unsigned reads), and, with botocore
+  installed, keys found nowhere before come from botocore's chain (profiles, credential_process, web
+  identity / IRSA, SSO, instance metadata), as 2.11.1's boto3 clients found them; an endpoint found
+  nowhere before is botocore's configured endpoint_url, else `default_s3_read_endpoint` /
+  `default_s3_write_endpoint` as they are at the open (see `_resolve_s3`).
 * A ``with open_stream("s3://...", "wb")`` block left by an exception discards the temporary file
   instead of uploading a partial object. As in tensorizer, ``"ab"`` does not append.
 * `CAInfo(capath=...)` works by bundling the directory's PEM certificates into a temporary CA file.
@@ -43,11 +47,13 @@ and signatures):
 from __future__ import annotations
 
 import email.message
+import functools
 import http.client
 import io
 import os
 import re
 import ssl
+import sys
 import tempfile
 import threading
 import time
@@ -56,12 +62,32 @@ import urllib.parse
 import warnings
 import weakref
 from io import SEEK_CUR, SEEK_END, SEEK_SET
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 __all__ = ["open_stream", "CURLStreamFile", "RedisStreamFile", "CAInfo"]
 
+# Read at every s3:// open (not copied at import), so reassigning them redirects the next open, as
+# in 2.11.1. They are the last resort, after s3_endpoint, the s3cmd config's host_base and
+# AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL.
 default_s3_read_endpoint = "accel-object.ord1.coreweave.com"
 default_s3_write_endpoint = "object.ord1.coreweave.com"
+
+# Where the s3cmd config is looked for when no s3_config_path is given (2.11.1's name and value);
+# read at every open, so tests can point it elsewhere.
+if sys.platform != "win32":
+    _s3_default_config_paths = (os.path.expanduser("~/.s3cfg"),)
+else:  # s3cmd's own default on Windows, and ~\.s3cfg where it was placed by hand
+    _s3_default_config_paths = tuple(map(os.path.expanduser, (r"~\.s3cfg", r"~\AppData\Roaming\s3cmd.ini")))
+
+
+class _ParsedCredentials(typing.NamedTuple):
+    """What an s3cmd config provides (2.11.1's record; None where absent)."""
+
+    config_file: Optional[str]
+    s3_endpoint: Optional[str]
+    s3_access_key: Optional[str]
+    s3_secret_key: Optional[str]
+    use_https: Optional[bool]
 
 # Small reads of remote streams are served from a read-ahead buffer of this size; larger reads go
 # straight into the caller's buffer in one ranged request. `buffer_size` overrides it (0 = none).
@@ -77,6 +103,67 @@ cache_dir: Optional[str] = None
 cache_max_size: Optional[Union[int, str]] = None
 # The native engine's time limits, in seconds, accepted in a `timeouts` mapping.
 _TIME_LIMITS = ("connect_timeout", "first_byte_timeout", "stall_timeout", "give_up_after", "deadline")
+
+
+@functools.lru_cache(maxsize=None)
+def _get_s3cfg_values(config_paths=None) -> _ParsedCredentials:
+    """The [default] section of the first readable s3cmd config among `config_paths` (a path or a
+    tuple of them; `_s3_default_config_paths` when empty), as in 2.11.1: cached, all fields None
+    when no file is readable, ValueError when the file has no [default] section."""
+    import configparser
+
+    if not config_paths:
+        config_paths = _s3_default_config_paths
+    elif isinstance(config_paths, (str, bytes, os.PathLike)):
+        config_paths = (config_paths,)
+    config = configparser.ConfigParser()
+    for config_path in config_paths:
+        if config.read((config_path,)):
+            break
+    else:
+        return _ParsedCredentials(None, None, None, None, None)
+    if "default" not in config:
+        raise ValueError(f"No default section in {config_path}")
+    section = config["default"]
+    use_https = {"True": True, "False": False}.get(section.get("use_https"))
+    return _ParsedCredentials(os.fsdecode(config_path), section.get("host_base"), section.get("access_key"),
+                              section.get("secret_key"), use_https)
+
+
+def _parse_s3_uri(uri: str) -> Tuple[str, str]:
+    """(bucket, key) of s3://bucket/key; ValueError for another scheme (2.11.1's helper)."""
+    parts = urllib.parse.urlparse(uri)
+    if parts.scheme.lower() != "s3":
+        raise ValueError(f"Invalid S3 URI: {uri}")
+    return parts.netloc, parts.path.lstrip("/")
+
+
+def _parse_redis_uri(uri: str) -> Tuple[str, int, str]:
+    """(host, port, key prefix) of redis://host[:port]/prefix, port 6379 by default (2.11.1's helper)."""
+    parts = urllib.parse.urlparse(uri)
+    if parts.scheme.lower() != "redis":
+        raise ValueError(f"Invalid Redis URI: {uri}")
+    return parts.hostname, 6379 if parts.port is None else parts.port, parts.path.lstrip("/")
+
+
+def _enforce_scheme(endpoint: str, allow_http: bool = False, force_http: bool = False) -> str:
+    """`endpoint` as a URL: https:// added (http:// with `force_http`); http:// kept only with
+    `allow_http` or `force_http`, else ValueError (2.11.1's rule, which the native client applies)."""
+    scheme, *location = endpoint.split("://", maxsplit=1)
+    scheme = scheme.lower() if location else None
+    if scheme is None:
+        return ("http://" if force_http else "https://") + endpoint
+    if scheme == "https":
+        return "http://" + endpoint[8:] if force_http else endpoint
+    if (force_http or allow_http) and scheme == "http":
+        return endpoint
+    raise ValueError("Non-HTTPS endpoint URLs are not allowed.")
+
+
+def _is_caios(endpoint: str) -> bool:
+    """Whether `endpoint` is CoreWeave AI Object Storage (virtual-hosted addressing only)."""
+    host = urllib.parse.urlparse(endpoint if "//" in endpoint else "//" + endpoint).netloc
+    return host.lower() in {"cwobject.com", "cwlota.com"}
 
 
 def _native():
@@ -119,12 +206,12 @@ class CAInfo:
         self._bundle_finalizer = None
         if cacert is not None:
             if not os.path.isfile(cacert):
-                raise ValueError(f"Invalid cacert file path: {cacert}")
+                raise ValueError("Invalid cacert file path, see https://curl.se/docs/manpage.html#--cacert")
             self._curl_flags = ("--cacert", os.fspath(cacert))
             self._options = {"ca_file": os.fspath(cacert)}
         elif capath is not None:
             if not os.path.isdir(capath):
-                raise ValueError(f"Invalid capath directory path: {capath}")
+                raise ValueError("Invalid capath directory path, see https://curl.se/docs/manpage.html#--capath")
             self._curl_flags = ("--capath", os.fspath(capath))
             self._options = None  # the bundle is made on first use
         else:
@@ -371,7 +458,7 @@ class _RemoteStream(io.BufferedIOBase):
         left = max(0, self._tz_end - self._pos)
         return left if wanted is None or wanted < 0 else min(wanted, left)
 
-    def read(self, size: Optional[int] = -1) -> bytes:
+    def read(self, size: Optional[int] = None) -> bytes:  # 2.11.1's parameter names and defaults
         with self._lock:
             self._live_source()
             n = self._available(size)
@@ -381,10 +468,10 @@ class _RemoteStream(io.BufferedIOBase):
             self._fill(memoryview(out))
             return bytes(out)
 
-    def readinto(self, b) -> int:
+    def readinto(self, ba) -> int:
         with self._lock:
             self._live_source()
-            with memoryview(b) as view, view.cast("B") as dst:
+            with memoryview(ba) as view, view.cast("B") as dst:
                 n = self._available(len(dst))
                 if n:
                     self._fill(dst[:n])
@@ -398,15 +485,15 @@ class _RemoteStream(io.BufferedIOBase):
 
     # -- positioning ---------------------------------------------------------------------------
 
-    def seek(self, offset: int, whence: int = SEEK_SET) -> int:
+    def seek(self, position: int, whence: int = SEEK_SET) -> int:
         with self._lock:
             self._live_source()
             if whence == SEEK_SET:
-                target = offset
+                target = position
             elif whence == SEEK_CUR:
-                target = self._pos + offset
+                target = self._pos + position
             elif whence == SEEK_END:
-                target = self._tz_end + offset
+                target = self._tz_end + position
             else:
                 raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
             if target < 0:
@@ -541,8 +628,91 @@ class _S3UploadFile(io.BufferedRandom):
         return False
 
 
+def _botocore_session():
+    """A fresh botocore session, or None without botocore. Fresh at each open, as 2.11.1's boto3
+    clients are, so environment and config-file changes are seen."""
+    try:
+        import botocore.session
+    except ImportError:
+        return None
+    return botocore.session.Session()
+
+
+def _botocore_credentials(session) -> Dict[str, str]:
+    """Keys (and session token) from botocore's credential chain: the environment, profiles, assume
+    role, web identity / IRSA, SSO caches, container and instance metadata. Empty when none."""
+    credentials = session.get_credentials() if session is not None else None
+    if credentials is None:
+        return {}
+    frozen = credentials.get_frozen_credentials()  # refreshed first where they expire
+    out = {"s3_access_key_id": frozen.access_key, "s3_secret_access_key": frozen.secret_key}
+    if frozen.token:
+        out["s3_session_token"] = frozen.token
+    return out
+
+
+def _botocore_endpoint(session) -> Optional[str]:
+    """The endpoint_url of the active profile's s3 section, else of the profile (as 2.11.1 asks)."""
+    if session is None:
+        return None
+    scoped = session.get_scoped_config()
+    s3_section = scoped.get("s3")
+    return (isinstance(s3_section, dict) and s3_section.get("endpoint_url")) or scoped.get("endpoint_url") or None
+
+
+def _resolve_s3(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, s3_session_token,
+                force_http, for_write: bool) -> Dict[str, Any]:
+    """The native options for an s3:// open. The native client resolves credentials and endpoint
+    itself (explicit, the s3cmd config, the AWS environment, ~/.aws/credentials; format/FORMAT.md
+    §12.1); this adds, in 2.11.1's order, what only Python can see:
+
+    * the s3cmd config found through `_s3_default_config_paths` (handed on by path);
+    * where no keys are given or in that config and botocore is installed, botocore's credentials;
+    * where s3_endpoint, the config's host_base, AWS_ENDPOINT_URL_S3 and AWS_ENDPOINT_URL name no
+      endpoint: botocore's configured endpoint_url (http:// allowed, as from the environment), else
+      `default_s3_write_endpoint` / `default_s3_read_endpoint` as they are now.
+    """
+    out = {"s3_access_key_id": s3_access_key_id, "s3_secret_access_key": s3_secret_access_key,
+           "s3_session_token": s3_session_token, "s3_endpoint": s3_endpoint,
+           "s3_config_path": None if s3_config_path is None else os.fsdecode(s3_config_path),
+           "force_http": None if force_http is None else bool(force_http)}
+    if s3_config_path is not None and not os.path.exists(s3_config_path):
+        return {k: v for k, v in out.items() if v is not None}  # the native client reports it
+    parsed = _ParsedCredentials(None, None, None, None, None)
+    if None in (s3_access_key_id, s3_secret_access_key):  # as there, explicit keys skip the config
+        try:
+            parsed = _get_s3cfg_values(s3_config_path)
+        except ValueError:
+            pass
+        out["s3_config_path"] = out["s3_config_path"] or parsed.config_file
+    session = None
+    keys_in_config = parsed.s3_access_key and parsed.s3_secret_key
+    if s3_access_key_id is None and s3_secret_access_key is None and not keys_in_config:
+        session = _botocore_session()
+        found = _botocore_credentials(session)
+        if s3_session_token is not None:
+            found.pop("s3_session_token", None)
+        out.update(found)
+    if not (s3_endpoint or parsed.s3_endpoint or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")):
+        endpoint = _botocore_endpoint(session or _botocore_session())
+        if endpoint and endpoint.lower().startswith("http://"):
+            out["force_http"] = True
+        out["s3_endpoint"] = endpoint or (default_s3_write_endpoint if for_write else default_s3_read_endpoint)
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _uri_options(spec: str, for_write: bool = False) -> Dict[str, Any]:
+    """Native options for a URI that TensorSerializer / TensorDeserializer open themselves: for s3://
+    what `open_stream` would use (see _resolve_s3), else none."""
+    if not spec.lower().startswith("s3://"):
+        return {}
+    return _resolve_s3(None, None, None, None, None, None, for_write)
+
+
 def _s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, force_http, s3_region_name,
-                s3_signature_version, s3_session_token, certificate_handling, timeouts=None) -> Dict[str, Any]:
+                s3_signature_version, s3_session_token, certificate_handling, timeouts=None,
+                for_write: bool = False) -> Dict[str, Any]:
     if s3_signature_version is not None and s3_signature_version.lower() not in ("v4", "s3v4"):
         warnings.warn(
             f"s3_signature_version={s3_signature_version!r} is not supported; requests are signed with SigV4",
@@ -550,18 +720,10 @@ def _s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_p
         )
     options = _tls_options(certificate_handling)
     options.update(_time_options(timeouts))
-    for key, value in (
-        ("s3_access_key_id", s3_access_key_id),
-        ("s3_secret_access_key", s3_secret_access_key),
-        ("s3_session_token", s3_session_token),
-        ("s3_endpoint", s3_endpoint),
-        ("s3_config_path", None if s3_config_path is None else os.fsdecode(s3_config_path)),
-        ("s3_region", s3_region_name),
-    ):
-        if value is not None:
-            options[key] = value
-    if force_http is not None:
-        options["force_http"] = bool(force_http)
+    options.update(_resolve_s3(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path,
+                               s3_session_token, force_http, for_write))
+    if s3_region_name is not None:
+        options["s3_region"] = s3_region_name
     return options
 
 
@@ -583,7 +745,8 @@ def s3_upload(path: str, target_uri: str, s3_access_key_id: Optional[str] = None
               timeouts: Optional[Mapping[str, Optional[float]]] = None) -> None:
     """Uploads the local file `path` to `target_uri` (s3://bucket/key). Returns when S3 has it."""
     options = _s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, force_http,
-                          s3_region_name, s3_signature_version, s3_session_token, certificate_handling, timeouts)
+                          s3_region_name, s3_signature_version, s3_session_token, certificate_handling, timeouts,
+                          for_write=True)
     try:
         _uploader()(os.fspath(path), target_uri, **options)
     except (TypeError, NotImplementedError):
@@ -641,9 +804,11 @@ def open_stream(
     * s3://: "rb" gives a `CURLStreamFile` over the object; "wb", "ab", "wb+", "ab+" give a temporary
       file uploaded when closed ("ab" does not append). Credentials: `s3_access_key_id` and
       `s3_secret_access_key` ("" and "" for unsigned requests to public buckets), else
-      `s3_config_path` / ~/.s3cfg, else the AWS environment and ~/.aws/credentials, with
-      `s3_session_token` or AWS_SESSION_TOKEN. Endpoint: `s3_endpoint`, the s3cmd host_base,
-      AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else CoreWeave's (format/FORMAT.md §12.1). `force_http` uses
+      `s3_config_path` / `_s3_default_config_paths`, else botocore's credential chain where botocore is
+      installed, else the AWS environment and ~/.aws/credentials, with `s3_session_token` or
+      AWS_SESSION_TOKEN. Endpoint: `s3_endpoint`, the s3cmd host_base, AWS_ENDPOINT_URL_S3,
+      AWS_ENDPOINT_URL, botocore's endpoint_url, else `default_s3_read_endpoint` /
+      `default_s3_write_endpoint` (format/FORMAT.md §12.1). `force_http` uses
       http:// for the endpoint; `s3_region_name` sets the signing region.
     * anything else, an os.PathLike, or an int file descriptor: the built-in ``open(path, mode,
       buffering=buffer_size or io.DEFAULT_BUFFER_SIZE)``, positioned at `begin`; binary modes only
@@ -681,7 +846,7 @@ def open_stream(
         if "w" in mode or "a" in mode:
             options = _s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, force_http,
                                   s3_region_name, s3_signature_version, s3_session_token, certificate_handling,
-                                  timeouts)
+                                  timeouts, for_write=True)
             return typing.cast(typing.BinaryIO, _S3UploadFile(path_uri, options, _uploader()))
         return s3_download(path_uri, s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_region_name,
                            s3_signature_version, buffer_size, begin, end, certificate_handling,

@@ -42,6 +42,10 @@ from typing import Any, Callable, Iterable, List, Optional, Tuple, Union
 
 import torch
 
+# Module-level names, as in 2.11.1, so that patching tensorizer.torch_compat.TensorSerializer (or
+# TensorDeserializer) changes what the sidecars are written and read with.
+from .serialization import TensorDeserializer, TensorSerializer
+
 __all__ = ("tensorizer_saving", "tensorizer_loading")
 
 logger = logging.getLogger(__name__)
@@ -168,10 +172,15 @@ def _write_sidecar(target, tensors: List[torch.Tensor]) -> None:
     if save_func is not None:
         save_func(target, tensors, kwargs)
         return
-    from .serialization import TensorSerializer
-
-    with TensorSerializer(target, **kwargs) as serializer:
+    # As 2.11.1 calls it (so a patched TensorSerializer sees the same calls), except that a failed
+    # write is discarded instead of leaving the serializer open.
+    serializer = TensorSerializer(target, **kwargs)
+    try:
         serializer.write_state_dict(tensors)
+    except BaseException as e:
+        serializer.__exit__(type(e), e, e.__traceback__)
+        raise
+    serializer.close()
 
 
 class _Unpickler(pickle.Unpickler):
@@ -246,8 +255,6 @@ def _read_sidecar(target):
     load_func = settings.get("load_func")
     if load_func is not None:
         return list(load_func(target, kwargs))
-    from .serialization import TensorDeserializer
-
     with TensorDeserializer(target, **kwargs) as deserializer:
         return deserializer.tree()  # a list: the sidecar's names are [0], [1], ...
 
@@ -315,8 +322,13 @@ def _save_wrapper(obj, f, pickle_module=pickle, *args, **kwargs):
         _save_target.reset(token)
 
 
+# torch.load's default pickle_module (None since torch 1.13), 2.11.1's name for it.
+_LOAD_WRAPPER_DEFAULT_MODULE: Any = None
+
+
 @functools.wraps(_ORIG_TORCH_LOAD)
-def _load_wrapper(f, map_location=None, pickle_module=None, *args, weights_only=None, **kwargs):
+def _load_wrapper(f, map_location=None, pickle_module=_LOAD_WRAPPER_DEFAULT_MODULE, *args, weights_only=None,
+                  **kwargs):
     settings = _loading.get()
     if settings is None:
         return _ORIG_TORCH_LOAD(f, map_location, pickle_module, *args, weights_only=weights_only, **kwargs)

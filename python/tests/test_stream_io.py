@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -714,6 +715,74 @@ def test_s3_credentials_from_an_s3cmd_config(s3_server, tmp_path):
     # use_https = False stands for force_http, as in tensorizer.
     with open_stream(f"s3://{S3_BUCKET}/data.bin", s3_config_path=str(config)) as f:
         assert f.read(8) == DATA[:8]
+
+
+def test_default_s3_read_endpoint_is_read_at_open(s3_server, monkeypatch):
+    # As in 2.11.1, the module-level default is the endpoint of last resort and is read at each open.
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+    kwargs = {**s3_kwargs(s3_server), "s3_endpoint": None}
+    monkeypatch.setattr(stream_io, "default_s3_read_endpoint", s3_server["endpoint"].split("://", 1)[1])
+    with open_stream(f"s3://{S3_BUCKET}/data.bin", **kwargs) as f:
+        assert f.read(8) == DATA[:8]
+    monkeypatch.setattr(stream_io, "default_s3_read_endpoint", "127.0.0.1:9")  # nothing listens there
+    with pytest.raises(OSError, match="127.0.0.1:9"):
+        open_stream(f"s3://{S3_BUCKET}/data.bin", timeouts={"give_up_after": 1}, **kwargs)
+
+
+def test_s3_default_config_paths_is_read_at_open(s3_server, tmp_path, monkeypatch):
+    # Pointing 2.11.1's _s3_default_config_paths at a config gives its keys and host_base to the next open.
+    config = tmp_path / "elsewhere.s3cfg"
+    host = s3_server["endpoint"].split("://", 1)[1]
+    config.write_text(f"[default]\naccess_key = {S3_KEY}\nsecret_key = {S3_SECRET}\nhost_base = {host}\n"
+                      "use_https = False\n")
+    monkeypatch.setattr(stream_io, "_s3_default_config_paths", (str(tmp_path / "missing"), str(config)))
+    stream_io._get_s3cfg_values.cache_clear()  # cached, as in 2.11.1
+    try:
+        with open_stream(f"s3://{S3_BUCKET}/data.bin") as f:
+            assert f.read(8) == DATA[:8]
+    finally:
+        stream_io._get_s3cfg_values.cache_clear()
+
+
+def test_s3_credentials_and_endpoint_from_botocore(s3_server, tmp_path, monkeypatch):
+    # A profile whose keys come from a credential_process, a source only botocore knows, and whose
+    # endpoint_url is an http:// one (allowed from config, as in 2.11.1): nothing passed to open_stream.
+    pytest.importorskip("botocore", reason="botocore supplies these credentials; without it there are none")
+    helper = tmp_path / "creds.py"
+    helper.write_text(f"import json; print(json.dumps({{'Version': 1, 'AccessKeyId': '{S3_KEY}', "
+                      f"'SecretAccessKey': '{S3_SECRET}'}}))\n")
+    config = tmp_path / "aws_config"
+    config.write_text(f"[profile tz-test]\ncredential_process = {sys.executable} {helper}\n"
+                      f"endpoint_url = {s3_server['endpoint']}\n")
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                 "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_PROFILE", "tz-test")
+    monkeypatch.setattr(stream_io, "_s3_default_config_paths", (str(tmp_path / "no-s3cfg"),))
+    stream_io._get_s3cfg_values.cache_clear()
+    try:
+        with open_stream(f"s3://{S3_BUCKET}/data.bin") as f:
+            assert f.read(8) == DATA[:8]
+    finally:
+        stream_io._get_s3cfg_values.cache_clear()
+
+
+def test_s3cfg_helpers_match_2_11_1(tmp_path, monkeypatch):
+    config = tmp_path / "s3cfg"
+    config.write_text("[default]\naccess_key = a\nsecret_key = b\nhost_base = h:1\nuse_https = False\n")
+    assert stream_io._get_s3cfg_values(str(config)) == (str(config), "h:1", "a", "b", False)
+    (tmp_path / "bad").write_text("[other]\nx = 1\n")
+    with pytest.raises(ValueError, match="No default section"):
+        stream_io._get_s3cfg_values(str(tmp_path / "bad"))
+    assert stream_io._parse_s3_uri("s3://bucket/a/b") == ("bucket", "a/b")
+    assert stream_io._parse_redis_uri("redis://h/p") == ("h", 6379, "p")
+    assert stream_io._enforce_scheme("h:1") == "https://h:1"
+    assert stream_io._enforce_scheme("https://h", force_http=True) == "http://h"
+    with pytest.raises(ValueError, match="Non-HTTPS"):
+        stream_io._enforce_scheme("http://h")
 
 
 def test_s3_wrong_secret_is_refused(s3_server):
