@@ -57,6 +57,7 @@ task<result<format::file_index>> read_safetensors_index(byte_source& src, std::u
   index.source = src.name();
   index.file_bytes = size;
   index.header.tensor_count = st.tensors.size();
+  index.st_metadata = std::move(st.metadata);
   for (const auto& t : st.tensors) {
     index.tensors.push_back(entry_from_st(t));
     index.header.tensor_size += t.size_bytes();

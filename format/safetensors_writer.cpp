@@ -1,16 +1,9 @@
 // safetensors writer: lays a file out as python's save_file does and writes it atomically.
 #include "tz/format/safetensors.hpp"
-#include "tz/unique_fd.hpp"
-
-#include <fcntl.h>
-#include <unistd.h>
+#include "tz/posix_io.hpp"
 
 #include <algorithm>
-#include <cerrno>
-#include <filesystem>
 #include <numeric>
-#include <random>
-#include <system_error>
 
 namespace tz::format {
 namespace {
@@ -127,75 +120,6 @@ void append_metadata(std::string& json, const st_metadata& metadata) {
   json += '}';
 }
 
-error io_error(const std::string& path, const std::string& what, int err) {
-  return make_error(errc::io, "safetensors write " + path + ": " + what + ": " + std::system_category().message(err));
-}
-
-result<void> write_all(int fd, std::span<const std::byte> bytes, const std::string& path) {
-  while (!bytes.empty()) {
-    const ssize_t put = ::write(fd, bytes.data(), bytes.size());
-    if (put < 0 && errno == EINTR) continue;
-    if (put < 0) return io_error(path, "write", errno);
-    if (put == 0) return io_error(path, "write made no progress", EIO);
-    bytes = bytes.subspan(static_cast<std::size_t>(put));
-  }
-  return {};
-}
-
-// A temporary file next to the destination: removed on destruction unless renamed into place.
-class temp_file {
- public:
-  static result<temp_file> create(const std::string& final_path) {
-    std::random_device entropy;
-    for (int attempt = 0; attempt < 16; ++attempt) {
-      const std::uint64_t tag = (std::uint64_t{entropy()} << 32) | entropy();
-      temp_file t;
-      t.path_ = final_path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(tag);
-      // 0666 before the umask, like any ordinary file (python's save_file included).
-      t.fd_.reset(::open(t.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
-      if (t.fd_) return t;
-      if (errno != EEXIST) {
-        const int err = errno;
-        t.path_.clear();
-        return io_error(final_path, "cannot create a temporary file next to it", err);
-      }
-      t.path_.clear();
-    }
-    return io_error(final_path, "cannot find a free temporary file name", EEXIST);
-  }
-
-  temp_file(temp_file&& other) noexcept : fd_(std::move(other.fd_)), path_(std::move(other.path_)) {
-    other.path_.clear();
-  }
-  temp_file& operator=(temp_file&&) = delete;
-  ~temp_file() {
-    fd_.reset();
-    if (!path_.empty()) ::unlink(path_.c_str());
-  }
-
-  int fd() const noexcept { return fd_.get(); }
-  const std::string& path() const noexcept { return path_; }
-
-  // Makes the bytes durable, renames the file over final_path and syncs the directory entry.
-  result<void> commit(const std::string& final_path) {
-    if (::fsync(fd_.get()) != 0) return io_error(path_, "fsync", errno);
-    if (fd_.close() != 0) return io_error(path_, "close", errno);
-    if (::rename(path_.c_str(), final_path.c_str()) != 0) return io_error(final_path, "rename from " + path_, errno);
-    path_.clear();
-    std::string dir = std::filesystem::path(final_path).parent_path().string();
-    if (dir.empty()) dir = ".";
-    const unique_fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!dir_fd) return io_error(final_path, "renamed, but cannot open its directory to sync it", errno);
-    if (::fsync(dir_fd.get()) != 0) return io_error(final_path, "renamed, but syncing its directory failed", errno);
-    return {};
-  }
-
- private:
-  temp_file() = default;
-  unique_fd fd_;
-  std::string path_;
-};
-
 }  // namespace
 
 result<st_layout> plan_safetensors(std::span<const st_write_tensor> tensors, const st_metadata& metadata) {
@@ -237,10 +161,10 @@ result<st_layout> plan_safetensors(std::span<const st_write_tensor> tensors, con
 result<void> write_safetensors(const std::string& path, std::span<const st_write_tensor> tensors,
                                const st_metadata& metadata) {
   TZ_TRY(layout, plan_safetensors(tensors, metadata));
-  TZ_TRY(temp, temp_file::create(path));
-  TZ_CHECK(write_all(temp.fd(), std::as_bytes(std::span(layout.header)), temp.path()));
-  for (const std::size_t i : layout.order) TZ_CHECK(write_all(temp.fd(), tensors[i].data, temp.path()));
-  return temp.commit(path);
+  TZ_TRY(temp, atomic_file::create(path));
+  TZ_CHECK(temp.write(std::as_bytes(std::span(layout.header))));
+  for (const std::size_t i : layout.order) TZ_CHECK(temp.write(tensors[i].data));
+  return temp.commit();
 }
 
 }  // namespace tz::format

@@ -30,11 +30,6 @@ constexpr const char* synth_help =
     "  bfloat16 projection matrices, float32 norms, a float16 embedding; same N and S, same bytes.\n"
     "  OUT may be s3://bucket/key or redis://host:port/prefix (written locally, then uploaded).\n";
 
-format::tensor_write as_write(const format::tensor_entry& e, const format::tensor_header& h,
-                              std::span<const std::byte> data) {
-  return format::tensor_write{e.path, e.type, h.module_index, e.dtype, e.shape, data, e.is_meta()};
-}
-
 // splitmix64: a fast deterministic byte generator; float exponents are kept below inf/NaN.
 void fill(std::span<std::byte> out, std::uint64_t seed, std::size_t itemsize) {
   std::uint64_t s = seed;
@@ -108,7 +103,7 @@ int cmd_copy(int argc, char** argv) {
   auto remote = cli::remote_options_from(*a);
   if (!remote) return cli::fail("copy", remote.error());
   tz::scheduler sched;
-  auto reader = cli::open_loader(sched, a->positional[0], *remote);
+  auto reader = cli::open_loader(sched, std::span(a->positional).first(1), *remote);
   if (!reader) return cli::fail("copy", reader.error());
   auto decryption = cli::decryption_from(*a);
   if (!decryption) return cli::fail("copy", decryption.error());
@@ -119,8 +114,8 @@ int cmd_copy(int argc, char** argv) {
   auto writer = format::tensor_writer::create(target->path(), {.encryptor = encryptor->get()});
   if (!writer) return cli::fail("copy", writer.error());
   auto r = cli::walk_tensors(sched, *reader, {.verify = true, .decryption = *decryption},
-                             [&](std::size_t, const format::tensor_entry& e, const format::tensor_header& h,
-                                 std::span<const std::byte> data) { return writer->write(as_write(e, h, data)); });
+                             [&](std::size_t, const format::tensor_entry& e, const format::tensor_header* h,
+                                 std::span<const std::byte> data) { return writer->write(cli::as_write(e, h, data)); });
   if (!r) return cli::fail("copy", r.error());
   if (auto c = writer->close(); !c) return cli::fail("copy", c.error());
   if (auto p = target->publish(sched); !p) return cli::fail("copy", p.error());

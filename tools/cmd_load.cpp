@@ -3,9 +3,7 @@
 #include "load_report.hpp"
 #include "remote_args.hpp"
 
-#include "tz/file_source.hpp"
-#include "tz/loader.hpp"
-#include "tz/uri.hpp"
+#include "tz/checkpoint.hpp"
 
 #include <unistd.h>
 
@@ -16,9 +14,10 @@ using namespace tz;
 namespace {
 
 constexpr const char* load_help =
-    "usage: tensorizer load [options] FILE|URI\n"
-    "  Loads every tensor of a .tensors or safetensors FILE or URI (http(s)://, s3://, redis://) into\n"
-    "  host memory and reports bytes, seconds, GB/s and stage times (a progress bar on a terminal).\n"
+    "usage: tensorizer load [options] MODEL...\n"
+    "  Loads every tensor of MODEL (a .tensors or safetensors file or URI, or a sharded checkpoint: see\n"
+    "  MODEL below) into host memory and reports bytes, seconds, GB/s and stage times (a progress bar\n"
+    "  on a terminal).\n"
     "  --device cuda:N  load straight into GPU memory instead (see `load --device cuda:0 --help`)\n"
     "  --verify         check each tensor's stored CRC32/SHA-256 (on the workers, during the load)\n"
     "  --direct         O_DIRECT reads of a local FILE (for files not in the page cache)\n"
@@ -28,7 +27,7 @@ constexpr const char* load_help =
     "  --decrypt-key-file F | --decrypt-passphrase-file F   open an encrypted file\n";
 
 struct load_args {
-  std::string path;
+  std::vector<std::string> inputs;
   bool verify = false, direct = false, json = false;
   unsigned readers = 0, threads = 0;
 };
@@ -43,7 +42,7 @@ void draw_progress(const load_progress& p) {
 
 void print_report(const load_args& a, const loader& l, const loaded_tensors& r, unsigned threads, unsigned readers) {
   cli::load_report rep;
-  rep.file = a.path;
+  rep.file = a.inputs.size() == 1 ? a.inputs[0] : l.source().name();
   rep.cache = cache_status(l.source());
   rep.safetensors = l.kind() == file_kind::safetensors;
   rep.destination = "host";
@@ -59,8 +58,8 @@ void print_report(const load_args& a, const loader& l, const loaded_tensors& r, 
 
 result<load_args> parse_load(const cli::args& a) {
   load_args out;
-  if (a.positional.size() != 1) return make_error(errc::invalid_argument, "expected one FILE or URI");
-  out.path = a.positional[0];
+  if (a.positional.empty()) return make_error(errc::invalid_argument, "expected a MODEL");
+  out.inputs = a.positional;
   out.verify = a.has("--verify"), out.direct = a.has("--direct"), out.json = a.has("--json");
   for (auto [name, target] : {std::pair{"--readers", &out.readers}, std::pair{"--threads", &out.threads}}) {
     if (auto v = a.get(name)) {
@@ -80,7 +79,7 @@ int cmd_load(int argc, char** argv) {
   valued.insert(valued.end(), cli::decrypt_options.begin(), cli::decrypt_options.end());
   auto a = cli::parse(argc, argv, 2, valued, cli::with_remote_flags({"--verify", "--direct", "--json", "--help"}));
   if (!a) return cli::usage_error("load", a.error().message, load_help);
-  if (a->has("--help")) return std::printf("%s%s%s", load_help, cli::load_rate_help, cli::remote_help), 0;
+  if (a->has("--help")) return std::printf("%s%s%s%s", load_help, cli::load_rate_help, cli::model_help, cli::remote_help), 0;
   auto args = parse_load(*a);
   if (!args) return cli::usage_error("load", args.error().message, load_help);
   auto remote = cli::remote_options_from(*a);
@@ -89,12 +88,7 @@ int cmd_load(int argc, char** argv) {
   if (!decryption) return cli::fail("load", decryption.error());
   try {
     scheduler sched(args->threads);
-    result<std::shared_ptr<byte_source>> src = make_error(errc::io, "");
-    if (is_remote_uri(args->path)) src = tz::open_any(args->path, *remote);
-    else if (auto f = file_source::open(args->path, {args->direct, false})) src = std::shared_ptr<byte_source>(*f);
-    else src = f.error();
-    if (!src) return cli::fail("load", src.error());
-    auto l = loader::open(sched, *src);
+    auto l = open_checkpoint(sched, args->inputs, {*remote, args->direct});
     if (!l) return cli::fail("load", l.error());
     load_options o;
     o.verify = args->verify;

@@ -5,7 +5,7 @@
 #include "remote_args.hpp"
 
 #include "tz/device_load.hpp"
-#include "tz/file_source.hpp"
+#include "tz/checkpoint.hpp"
 
 #include <cstdio>
 #include <sstream>
@@ -15,7 +15,7 @@ using namespace tz;
 namespace {
 
 constexpr const char* load_device_help =
-    "usage: tensorizer load --device cuda:N [options] FILE|URI\n"
+    "usage: tensorizer load --device cuda:N [options] MODEL...\n"
     "  Loads the tensors of FILE or URI (.tensors or safetensors; http(s)://, s3://, redis://) into the\n"
     "  memory of GPU N through a ring of pinned staging slots, and prints per-stage timings.\n"
     "  --only NAME[,NAME...]    load only these tensors (by name)\n"
@@ -28,7 +28,7 @@ constexpr const char* load_device_help =
     "  --decrypt-key-file F | --decrypt-passphrase-file F   open an encrypted FILE\n";
 
 struct load_device_args {
-  std::string path;
+  std::vector<std::string> inputs;
   std::vector<std::string> only;
   bool direct = false;
   bool json = false;
@@ -48,8 +48,8 @@ std::vector<std::string> split_names(const std::string& text) {
 
 result<load_device_args> read_args(const cli::args& a) {
   load_device_args out;
-  if (a.positional.size() != 1) return make_error(errc::invalid_argument, "expected one FILE");
-  out.path = a.positional[0];
+  if (a.positional.empty()) return make_error(errc::invalid_argument, "expected a MODEL");
+  out.inputs = a.positional;
   out.direct = a.has("--direct");
   out.json = a.has("--json");
   out.options.verify = a.has("--verify");
@@ -86,7 +86,7 @@ result<std::vector<std::size_t>> select_names(const loader& l, const std::vector
 void print_report(const load_device_args& a, const loader& l, const device_tensors& t, const std::string& device,
                   unsigned threads) {
   cli::load_report rep;
-  rep.file = a.path;
+  rep.file = a.inputs.size() == 1 ? a.inputs[0] : l.source().name();
   rep.cache = cache_status(l.source());
   rep.safetensors = l.kind() == file_kind::safetensors;
   rep.destination = device;
@@ -116,6 +116,7 @@ int cmd_load_device(int argc, char** argv, const std::string& device) {
   if (a->has("--help")) {
     std::fputs(load_device_help, stdout);
     std::fputs(cli::load_rate_help, stdout);
+    std::fputs(cli::model_help, stdout);
     std::fputs(cli::remote_help, stdout);
     return 0;
   }
@@ -127,21 +128,12 @@ int cmd_load_device(int argc, char** argv, const std::string& device) {
   if (!index) return cli::usage_error("load", index.error().message, load_device_help);
   auto up = cuda::uploader::create(*index, args->streams);
   if (!up) return cli::fail("load", up.error());
-  result<std::shared_ptr<byte_source>> src = make_error(errc::io, "");
-  if (args->direct) {
-    auto file = file_source::open(args->path, {.direct = true});
-    if (file) src = std::shared_ptr<byte_source>(std::move(*file));
-    else src = file.error();
-  } else {
-    src = tz::open_any(args->path, *remote);
-  }
-  if (!src) return cli::fail("load", src.error());
   scheduler sched(args->threads);
-  auto opened = loader::open(sched, *src);
+  auto opened = open_checkpoint(sched, args->inputs, {*remote, args->direct});
   if (!opened) return cli::fail("load", opened.error());
   auto which = select_names(*opened, args->only);
   if (!which) return cli::fail("load", which.error());
-  auto loaded = load_to_device(sched, *up, *opened, *src, std::move(*which), std::move(args->options));
+  auto loaded = load_to_device(sched, *up, *opened, opened->shared_source(), std::move(*which), std::move(args->options));
   if (!loaded) return cli::fail("load", loaded.error());
   print_report(*args, *opened, *loaded, device, sched.thread_count());
   return 0;

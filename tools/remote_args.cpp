@@ -6,6 +6,14 @@
 
 namespace tz::cli {
 
+const char* const model_help =
+    "MODEL: a .tensors or safetensors FILE or URI (http(s)://, s3://, redis://); a sharded safetensors\n"
+    "  checkpoint: its *.safetensors.index.json (FILE or URI: the shards it names are read beside it),\n"
+    "  a directory holding one (else its *.safetensors files, else its one *.tensors file), an\n"
+    "  http(s):// or s3:// prefix ending in '/' (PREFIX/model.safetensors.index.json), or several\n"
+    "  safetensors FILEs or URIs. Shards are read concurrently in one pipeline; names are checked\n"
+    "  against the index.\n";
+
 const char* const remote_help =
     "  FILE / IN / OUT may be a local path or a URI: http(s)://host[:port]/path (read only),\n"
     "  s3://bucket/key, redis://host[:port]/prefix (tensorizer's key layout).\n"

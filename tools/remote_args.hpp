@@ -17,6 +17,8 @@ inline const std::vector<std::string> remote_valued_options{
 inline const std::vector<std::string> remote_flag_options{"--insecure", "--s3-virtual-host"};
 // Help text describing them, to append to a command's usage.
 extern const char* const remote_help;
+// Help text on what a MODEL argument may be (tz::open_checkpoint).
+extern const char* const model_help;
 
 // Builds remote_options from --ca-file F, --insecure, --connections N, --s3-config F,
 // --s3-endpoint URL, --s3-region R, --s3-virtual-host, and the time limits --connect-timeout,

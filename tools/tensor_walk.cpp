@@ -1,30 +1,32 @@
 // The CLI's tensor walk: batches of whole tensors loaded through the same pipeline as `load`.
 #include "tensor_walk.hpp"
 
-#include "tz/sources.hpp"
-
+#include <algorithm>
+#include <numeric>
 #include <vector>
 
 namespace tz::cli {
 
 namespace {
 
-// Loads tensors `which` and visits them in order.
+// Loads tensors `which` and visits them in the order given.
 result<void> visit_batch(scheduler& sched, loader& l, std::vector<std::size_t> which, const walk_options& options,
                          const tensor_visitor& visit) {
   load_options o;
   o.verify = options.verify;
   o.decryption = options.decryption;
-  o.keep_headers = true;
+  o.keep_headers = l.kind() == file_kind::tensorizer;
   o.huge_pages = false;  // batches are short-lived; 4 KiB pages are pre-faulted by the readers
   const std::vector<std::size_t> positions = which;
   TZ_TRY(loaded, l.load(sched, std::move(which), std::move(o)));
-  for (std::size_t k = 0; k < loaded.size(); ++k) {
-    const format::tensor_header* h = loaded.header(k);
-    if (h == nullptr) return make_error(errc::format, l.source().name() + ": tensor headers were not kept");
+  // The load holds the batch in index order: the k-th smallest position is its k-th tensor.
+  std::vector<std::size_t> sorted = positions;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t position : positions) {
+    const auto k = static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), position) - sorted.begin());
     // What is stored: data-less (meta, zero-size) tensors get an empty span, as writers expect.
     const auto data = loaded.entry(k).data_length == 0 ? std::span<const std::byte>() : loaded.data(k);
-    TZ_CHECK(visit(positions[k], loaded.entry(k), *h, data));
+    TZ_CHECK(visit(position, loaded.entry(k), loaded.header(k), data));
   }
   return {};
 }
@@ -32,13 +34,16 @@ result<void> visit_batch(scheduler& sched, loader& l, std::vector<std::size_t> w
 }  // namespace
 
 result<void> walk_tensors(scheduler& sched, loader& l, const walk_options& options, const tensor_visitor& visit) {
-  if (l.kind() != file_kind::tensorizer) {
-    return make_error(errc::unsupported, l.source().name() + ": expected a .tensors file (this is safetensors)");
-  }
   const auto& tensors = l.index().tensors;
+  std::vector<std::size_t> order = options.order;
+  if (order.empty()) {
+    order.resize(tensors.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+  }
   std::vector<std::size_t> batch;
   std::uint64_t batch_bytes = 0;
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
+  for (std::size_t i : order) {
+    if (i >= tensors.size()) return make_error(errc::invalid_argument, l.source().name() + ": no tensor at position " + std::to_string(i));
     if (!batch.empty() && batch_bytes + tensors[i].deserialized_bytes > options.batch_bytes) {
       TZ_CHECK(visit_batch(sched, l, std::move(batch), options, visit));
       batch.clear();
@@ -51,9 +56,14 @@ result<void> walk_tensors(scheduler& sched, loader& l, const walk_options& optio
   return {};
 }
 
-result<loader> open_loader(scheduler& sched, const std::string& file_or_uri, const remote_options& remote) {
-  TZ_TRY(source, open_any(file_or_uri, remote));
-  return loader::open(sched, std::move(source));
+format::tensor_write as_write(const format::tensor_entry& e, const format::tensor_header* h,
+                              std::span<const std::byte> data) {
+  return format::tensor_write{e.path, e.type, h ? h->module_index : std::uint16_t{0}, e.dtype, e.shape, data,
+                              e.is_meta()};
+}
+
+result<loader> open_loader(scheduler& sched, std::span<const std::string> inputs, const remote_options& remote) {
+  return open_checkpoint(sched, inputs, {remote, false});
 }
 
 }  // namespace tz::cli

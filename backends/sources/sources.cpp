@@ -45,14 +45,6 @@ std::string base_name(const std::string& uri) {
   return name;
 }
 
-result<std::uint64_t> size_blocking(scheduler& sched, byte_source& source) {
-  try {
-    return tz::run(sched, source.size());
-  } catch (const std::exception& e) {
-    return make_error(errc::io, source.name() + ": " + e.what());
-  }
-}
-
 // Downloads all of `source` into `path`, chunk by chunk (each chunk split over the connections).
 result<void> download(scheduler& sched, byte_source& source, const std::string& path) {
   TZ_TRY(size_bytes, size_blocking(sched, source));
@@ -111,6 +103,14 @@ result<std::shared_ptr<byte_source>> open_any(const std::string& file_or_uri, co
   // The cache keys an object by its URI and the endpoint it comes from (the version is the ETag).
   std::string key = file_or_uri + "\n" + (uri.scheme == "s3" ? options.s3.endpoint : options.http.connect_host);
   return open_cached(std::move(opened), std::move(key), options.cache);
+}
+
+result<std::uint64_t> size_blocking(scheduler& sched, byte_source& source) {
+  try {
+    return tz::run(sched, source.size());
+  } catch (const std::exception& e) {
+    return make_error(errc::io, source.name() + ": " + e.what());
+  }
 }
 
 result<void> read_blocking(scheduler& sched, byte_source& source, std::uint64_t offset_bytes, std::span<std::byte> dst) {

@@ -2,6 +2,8 @@
 // call converts the engine's errors and exceptions to public error values.
 #include "api_detail.hpp"
 
+#include "tz/checkpoint.hpp"
+
 #include <algorithm>
 #include <unordered_set>
 
@@ -76,11 +78,9 @@ result<model> model::open(const std::string& path_or_uri, const options& opts) {
     m->name = path_or_uri;
     m->opts = opts;
     m->sched = detail::scheduler_for(opts.threads);
-    auto source = tz::open_any(path_or_uri, *remote);
-    if (!source) return from_tz(source.error());
-    m->source = std::move(*source);
-    auto opened = tz::loader::open(*m->sched, m->source);
+    auto opened = tz::open_checkpoint(*m->sched, std::span(&path_or_uri, 1), {*remote, false});
     if (!opened) return from_tz(opened.error());
+    m->source = opened->shared_source();
     m->opened.emplace(std::move(*opened));
     auto infos = std::make_shared<std::vector<tensor_info>>();
     for (const auto& e : m->opened->index().tensors) infos->push_back(detail::info_of(e));

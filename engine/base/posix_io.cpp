@@ -4,10 +4,13 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <random>
 
 namespace tz {
 
@@ -77,6 +80,63 @@ mapped_file::mapped_file(mapped_file&& other) noexcept
 
 mapped_file::~mapped_file() {
   if (base_ != nullptr) ::munmap(const_cast<std::byte*>(base_), size_bytes_);
+}
+
+result<atomic_file> atomic_file::create(const std::string& final_path) {
+  std::random_device entropy;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const std::uint64_t tag = (std::uint64_t{entropy()} << 32) | entropy();
+    atomic_file t;
+    t.final_path_ = final_path;
+    t.path_ = final_path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(tag);
+    // 0666 before the umask, like any ordinary file (python's writers included).
+    t.fd_.reset(::open(t.path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
+    if (t.fd_) return t;
+    t.path_.clear();
+    if (errno != EEXIST) return os_error(errno, "file " + final_path + ": cannot create a temporary file next to it");
+  }
+  return os_error(EEXIST, "file " + final_path + ": cannot find a free temporary file name");
+}
+
+atomic_file::atomic_file(atomic_file&& other) noexcept
+    : fd_(std::move(other.fd_)), path_(std::move(other.path_)), final_path_(std::move(other.final_path_)) {
+  other.path_.clear();
+}
+
+atomic_file::~atomic_file() {
+  fd_.reset();
+  if (!path_.empty()) ::unlink(path_.c_str());
+}
+
+result<void> atomic_file::write(std::span<const std::byte> bytes) {
+  while (!bytes.empty()) {
+    const ssize_t put = ::write(fd_.get(), bytes.data(), bytes.size());
+    if (put < 0 && errno == EINTR) continue;
+    if (put < 0) return os_error(errno, "file " + path_ + ": write");
+    if (put == 0) return os_error(EIO, "file " + path_ + ": write made no progress");
+    bytes = bytes.subspan(static_cast<std::size_t>(put));
+  }
+  return {};
+}
+
+result<void> atomic_file::commit() {
+  if (::fsync(fd_.get()) != 0) return os_error(errno, "file " + path_ + ": fsync");
+  if (fd_.close() != 0) return os_error(errno, "file " + path_ + ": close");
+  if (::rename(path_.c_str(), final_path_.c_str()) != 0)
+    return os_error(errno, "file " + final_path_ + ": rename from " + path_);
+  path_.clear();
+  std::string dir = std::filesystem::path(final_path_).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const unique_fd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir_fd) return os_error(errno, "file " + final_path_ + ": renamed, but cannot open its directory to sync it");
+  if (::fsync(dir_fd.get()) != 0) return os_error(errno, "file " + final_path_ + ": renamed, but syncing its directory failed");
+  return {};
+}
+
+result<void> write_file_atomically(const std::string& path, std::span<const std::byte> bytes) {
+  TZ_TRY(file, atomic_file::create(path));
+  TZ_CHECK(file.write(bytes));
+  return file.commit();
 }
 
 }  // namespace tz

@@ -2,6 +2,7 @@
 #include "keys.hpp"
 #include "source.hpp"
 
+#include "tz/checkpoint.hpp"
 #include "tz/cuda.hpp"
 #include "tz/device_load.hpp"
 #include "tz/format/tensor_path.hpp"
@@ -67,6 +68,23 @@ pyb::object entry_object(const pyb::object& entry_type, const format::tensor_ent
   d["deserialized_bytes"] = e.deserialized_bytes;
   d["is_meta"] = e.is_meta();
   return entry_type(**d);
+}
+
+std::shared_ptr<reader_handle> open_checkpoint_reader(const std::vector<std::string>& specs, bool direct,
+                                                      const pyb::kwargs& kw) {
+  checkpoint_options options{remote_options_from(kw), direct};
+  auto r = std::make_shared<reader_handle>();
+  r->sched = shared_scheduler();
+  auto source = std::make_shared<source_handle>();
+  source->sched = r->sched;
+  {
+    pyb::gil_scoped_release release;
+    r->opened.emplace(take(open_checkpoint(*r->sched, specs, options)));
+  }
+  source->source = r->opened->shared_source();
+  r->name = source->source->name();
+  r->source = std::move(source);
+  return r;
 }
 
 reader_handle& open_reader(reader_handle& r) {
@@ -240,6 +258,27 @@ void register_reader(pyb::module_& m) {
              return r;
            }),
            pyb::arg("source"))
+      .def_static("open_checkpoint", &open_checkpoint_reader, pyb::arg("specs"), pyb::kw_only(),
+                  pyb::arg("direct") = false,
+                  "Opens a model given as paths or URIs (tz::open_checkpoint): one file, a sharded safetensors"
+                  " checkpoint's index, a directory, an http(s)/s3 prefix ending in '/', or several safetensors"
+                  " files (remote options as keywords). Every shard's tensors load in one pipeline.")
+      .def_property_readonly(
+          "shards",
+          [](reader_handle& r) {
+            pyb::list out;
+            for (const auto& s : open_reader(r).opened->shards()) {
+              pyb::dict d;
+              d["name"] = s.name;
+              d["source"] = s.source_name;
+              d["first"] = s.first_tensor;
+              d["tensors"] = s.tensor_count;
+              d["bytes"] = s.bytes;
+              out.append(d);
+            }
+            return out;
+          },
+          "The shards of a sharded checkpoint, in order (name, source, first entry, tensor count, bytes); [] for one file.")
       .def_property_readonly("name", [](const reader_handle& r) { return r.name; })
       .def_property_readonly("kind",
                              [](reader_handle& r) {

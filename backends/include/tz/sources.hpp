@@ -40,6 +40,9 @@ result<void> set_time_limit(remote_options& o, std::string_view name, double sec
 // error (errc::not_found for a missing local file, errc::invalid_argument for a malformed URI).
 result<std::shared_ptr<byte_source>> open_any(const std::string& file_or_uri, const remote_options& options);
 
+// Runs a byte source's size() on `sched` and blocks until it completes (never call from a worker).
+result<std::uint64_t> size_blocking(scheduler& sched, byte_source& source);
+
 // Runs a byte source's read on `sched` and blocks until it completes (never call from a worker).
 result<void> read_blocking(scheduler& sched, byte_source& source, std::uint64_t offset_bytes,
                            std::span<std::byte> dst);

@@ -4,6 +4,7 @@
 #include "tz/byte_source.hpp"
 #include "tz/error.hpp"
 #include "tz/format/encryption.hpp"
+#include "tz/format/shard_index.hpp"
 #include "tz/format/tensorizer.hpp"
 #include "tz/host_memory.hpp"
 #include "tz/load_plan.hpp"
@@ -113,6 +114,25 @@ struct tensor_destination {
   std::span<std::byte> bytes;
 };
 
+// One file of a checkpoint split over several safetensors files.
+struct shard_file {
+  std::string name;  // as the index names it ("model-00001-of-00002.safetensors"), or the path
+  std::shared_ptr<byte_source> source;
+};
+
+// Where one shard of a sharded loader lies: its tensors are index().tensors[first_tensor,
+// first_tensor + tensor_count), its bytes are offsets [base, base + bytes) of the loader's source
+// (the shards back to back in order, each starting on a 4 KiB boundary so O_DIRECT stays aligned).
+struct shard_span {
+  std::string name;         // shard_file::name
+  std::string source_name;  // the shard source's name(), as its own errors say it
+  std::uint64_t base = 0;
+  std::uint64_t bytes = 0;
+  std::size_t first_tensor = 0;
+  std::size_t tensor_count = 0;
+  std::vector<std::pair<std::string, std::string>> metadata;  // the shard's "__metadata__"
+};
+
 // An opened model file. Cheap to keep; it holds the index and the source. Loads may run one after
 // another or concurrently. The scheduler passed to a load must outlive it.
 class loader {
@@ -124,10 +144,30 @@ class loader {
   static result<loader> open(scheduler& sched, std::shared_ptr<byte_source> source);
   static loader open_or_throw(scheduler& sched, std::shared_ptr<byte_source> source);
 
+  // Opens a checkpoint split over several safetensors files as one: the shards' indexes are read
+  // concurrently on sched's workers, then form one index (shard order, then file order) over one
+  // source that reads each shard's bytes from that shard, so every load plans and reads all
+  // shards' tensors in one pipeline. `name` names the whole (the index file, or the files) in
+  // messages. With `index` (its weight_map), every tensor must be in the shard it names: fails
+  // with errc::format naming the tensor, the shard holding it and the one the index names, for a
+  // tensor in the wrong shard, one the index lists that no shard holds, and one a shard holds that
+  // the index does not list. Without it, a name held by two shards fails naming both. A shard
+  // that is a .tensors file fails with errc::unsupported; its own errors name the shard.
+  static task<result<loader>> async_open_shards(scheduler& sched, std::string name, std::vector<shard_file> shards,
+                                                std::optional<format::shard_index> index = std::nullopt);
+  static result<loader> open_shards(scheduler& sched, std::string name, std::vector<shard_file> shards,
+                                    std::optional<format::shard_index> index = std::nullopt);
+
   file_kind kind() const noexcept { return kind_; }
   const format::file_index& index() const noexcept { return *index_; }
   const byte_source& source() const noexcept { return *source_; }
+  // The source itself (for load_to_device; a sharded loader's is the set of its shards).
+  std::shared_ptr<byte_source> shared_source() const noexcept { return source_; }
   double open_seconds() const noexcept { return open_s_; }
+  // The shards of a sharded checkpoint (async_open_shards), in order; empty for one file.
+  std::span<const shard_span> shards() const noexcept {
+    return shards_ ? std::span<const shard_span>(*shards_) : std::span<const shard_span>();
+  }
   // Position of the tensor with this display name in index().tensors.
   std::optional<std::size_t> find(std::string_view name) const;
   // Positions of the tensors whose entry satisfies `keep`, in file order.
@@ -164,6 +204,7 @@ class loader {
   file_kind kind_ = file_kind::tensorizer;
   std::shared_ptr<byte_source> source_;
   std::shared_ptr<const format::file_index> index_;
+  std::shared_ptr<const std::vector<shard_span>> shards_;
   double open_s_ = 0;
 };
 

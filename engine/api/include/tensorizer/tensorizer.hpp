@@ -248,7 +248,9 @@ struct destination {
 class model {
  public:
   // Opens a local path, or an http(s)://, s3:// or redis:// URI, and reads its index: completes
-  // when the index is parsed and checked. Fails with errc::not_found (no such file / object),
+  // when the index is parsed and checked. A sharded safetensors checkpoint opens as one model:
+  // pass its *.safetensors.index.json (path or URI; the shards are read beside it), a directory
+  // holding one, or an http(s)/s3 prefix ending in '/'; every shard's tensors load in one pipeline. Fails with errc::not_found (no such file / object),
   // errc::format (naming the source and offset), errc::invalid_argument (bad URI or option), or
   // the remote errors (network, auth, timeout).
   static result<model> open(const std::string& path_or_uri, const options& opts = {});

@@ -31,6 +31,32 @@ result<void> pread_full(int fd, std::span<std::byte> dst, std::uint64_t offset, 
 // Writes all of src to `fd` at `offset` (short writes resubmitted, EINTR retried).
 result<void> pwrite_full(int fd, std::span<const std::byte> src, std::uint64_t offset, std::string_view source);
 
+// A file written whole and then published atomically: a temporary file next to `final_path`,
+// removed on destruction unless commit() renamed it into place. Errors name the paths.
+class atomic_file {
+ public:
+  static result<atomic_file> create(const std::string& final_path);
+  atomic_file(atomic_file&& other) noexcept;
+  atomic_file& operator=(atomic_file&&) = delete;
+  ~atomic_file();
+
+  int fd() const noexcept { return fd_.get(); }
+  const std::string& path() const noexcept { return path_; }
+  // Appends all of `bytes` (short writes resubmitted, EINTR retried).
+  result<void> write(std::span<const std::byte> bytes);
+  // Makes the bytes durable (fsync), renames the file over final_path, syncs the directory entry.
+  result<void> commit();
+
+ private:
+  atomic_file() = default;
+  unique_fd fd_;
+  std::string path_;
+  std::string final_path_;
+};
+
+// Writes `bytes` to `path` through an atomic_file: the old file (if any) or the new one, never a mix.
+result<void> write_file_atomically(const std::string& path, std::span<const std::byte> bytes);
+
 // A read-only private mapping of a whole local file (zero-copy access to its bytes). An empty file
 // maps to an empty span.
 class mapped_file {

@@ -121,7 +121,7 @@ result<st_layout> plan_safetensors(std::span<const st_write_tensor> tensors, con
 // Writes a safetensors file atomically: a temporary file in the same directory, fsynced, renamed
 // over `path`, then the directory fsynced. Completes when the file is durable. On any failure the
 // temporary file is removed and `path` is untouched. Fails as plan_safetensors does, or with
-// errc::io naming the path, the operation and the OS error.
+// errc::io naming the path, the operation and the OS error (errc::not_found: no such directory).
 result<void> write_safetensors(const std::string& path, std::span<const st_write_tensor> tensors,
                                const st_metadata& metadata = {});
 

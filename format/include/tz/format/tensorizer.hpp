@@ -68,6 +68,8 @@ struct file_index {
   file_header header;
   std::vector<tensor_entry> tensors;  // metadata order == file order
   std::uint64_t file_bytes = 0;
+  // safetensors: the "__metadata__" string map, in file order (.tensors files have none).
+  std::vector<std::pair<std::string, std::string>> st_metadata;
 };
 
 struct stored_hash {
