@@ -590,17 +590,42 @@ def _fd_path(fd: int) -> Optional[str]:
 
 
 class _OpenedSource:
-    __slots__ = ("source", "base", "stream", "spec", "kind")
+    __slots__ = ("source", "base", "stream", "spec", "kind", "specs")
 
-    def __init__(self, source, base=0, stream=None, spec=None, kind="path"):
+    def __init__(self, source, base=0, stream=None, spec=None, kind="path", specs=None):
         self.source = source
+        self.specs = specs  # kind "checkpoint": the paths or URIs given
         self.base = base  # offset of the magic in the source (embedded streams, format/FORMAT.md §4.4)
         self.stream = stream  # the caller's file object, closed with the deserializer
         self.spec = spec  # a path or URI that can be reopened, or None
-        self.kind = kind  # "path", "uri", "fd", "stream", "buffer"
+        self.kind = kind  # "path", "uri", "fd", "stream", "buffer", "checkpoint"
+
+
+def _checkpoint_specs(file_obj) -> Optional[List[str]]:
+    """The paths or URIs of a sharded checkpoint (an extension over 2.11.1, which reads one
+    file): a ``*.index.json`` path or URI, a local directory, an ``http(s)://`` or ``s3://``
+    prefix ending in ``/``, or a list/tuple of safetensors files. None for anything else."""
+    if isinstance(file_obj, (list, tuple)):
+        if not file_obj or not all(isinstance(f, (str, os.PathLike)) for f in file_obj):
+            raise TypeError("a sharded checkpoint given as a list needs paths or URIs of its safetensors files")
+        return [os.fspath(f) for f in file_obj]
+    if not isinstance(file_obj, (str, os.PathLike)):
+        return None
+    spec = os.fspath(file_obj)
+    remote = isinstance(file_obj, str) and _is_remote(spec)
+    if spec.endswith(".index.json"):
+        return [spec]
+    if remote and spec.endswith("/") and not spec.lower().startswith("redis://"):
+        return [spec]
+    if not remote and os.path.isdir(spec):
+        return [spec]
+    return None
 
 
 def _open_source(file_obj) -> _OpenedSource:
+    specs = _checkpoint_specs(file_obj)
+    if specs is not None:
+        return _OpenedSource(None, spec=None, kind="checkpoint", specs=specs)
     if isinstance(file_obj, (str, os.PathLike, bytes)):
         spec = os.fsdecode(file_obj) if not isinstance(file_obj, str) else file_obj
         if isinstance(file_obj, os.PathLike):
@@ -656,6 +681,13 @@ def _open_source(file_obj) -> _OpenedSource:
 
 
 def _open_reader(opened: _OpenedSource):
+    if opened.kind == "checkpoint":
+        # One native reader over every shard: its index is checked against them, and loads plan
+        # and read all shards' tensors in one pipeline.
+        options = {}
+        if any(str(s).lower().startswith("s3://") for s in opened.specs):
+            options = stream_io._uri_options("s3://")
+        return _C.Reader.open_checkpoint(opened.specs, **options)
     if not opened.base:
         try:
             return _C.Reader(opened.source)
@@ -691,6 +723,11 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         file_obj: a path, an ``http(s)://``, ``s3://`` or ``redis://`` URI, a
             ``tensorizer.stream_io`` stream, an open binary file, or any readable binary file
             object (read into memory). ``bytes`` are a path and an ``int`` a file descriptor.
+            A sharded safetensors checkpoint (beyond 2.11.1) loads as one file: its
+            ``*.safetensors.index.json`` (path or URI), a directory holding one, an
+            ``http(s)://`` or ``s3://`` prefix ending in ``/``, or a list of its safetensors
+            files; the index is checked against the shards and every shard's tensors load in
+            one pass.
         device: where tensors go; default ``cuda`` if available, else ``cpu``. ``cuda`` without
             an index follows the current torch device context. ``RuntimeError`` if CUDA is
             requested but unavailable.
@@ -1138,7 +1175,11 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         ``register_buffer`` for BUFFER), looking modules up by the name before the last ``.``.
         Returns the number of tensors, then closes the file.
 
-        Raises ``NotImplementedError`` for STATE_DICT tensors or structured names and
+        A safetensors source (one file, or a sharded checkpoint: see the class) stores no
+        tensor kinds: each tensor becomes what ``m`` has under its name (a buffer stays a
+        buffer, anything else is a parameter).
+
+        Raises ``NotImplementedError`` for STATE_DICT tensors of a ``.tensors`` file or structured names and
         ``KeyError`` for a module path ``m`` lacks -- all checked before anything is loaded.
         Tensors of ``m`` that the file lacks are left as they are.
 
@@ -1157,7 +1198,7 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         for i in keys:
             entry = self._entries[i]
             kind = TensorType(entry.type)
-            if kind == TensorType.STATE_DICT:
+            if kind == TensorType.STATE_DICT and self._kind != "safetensors":
                 raise NotImplementedError(
                     "This was serialized using TensorSerializer.write_state_dict(), so it"
                     " cannot be loaded using TensorDeserializer.load_into_module()."
@@ -1174,6 +1215,10 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
             obj_path, _, attr = path[0].rpartition(".")
             if obj_path not in modules:
                 raise KeyError(obj_path)
+            if kind == TensorType.STATE_DICT:
+                # safetensors (one file or a sharded checkpoint) stores no parameter/buffer kind:
+                # a tensor becomes what the module already has under that name.
+                kind = TensorType.BUFFER if attr in modules[obj_path]._buffers else TensorType.PARAM
             plan.append((i, kind, modules[obj_path], attr))
         self._load(keys, verify)
         for i, kind, module, attr in plan:
