@@ -107,6 +107,13 @@ TEST_CASE("load all, some and one tensor into host memory") {
   CHECK(floats(one.data(0)) == expected("b"));
   // safetensors through the same calls
   check_all(tensorizer::model::open(path("model.safetensors")).value().load().value());
+  // A sharded checkpoint opens as one model from its directory or its index.
+  for (const char* sharded : {"sharded", "sharded/model.safetensors.index.json"}) {
+    auto m = tensorizer::model::open(path(sharded));
+    REQUIRE_MESSAGE(m.has_value(), m.error().message);
+    CHECK(m->is_safetensors());
+    check_all(m->load().value());
+  }
 }
 
 TEST_CASE("unknown and repeated names, missing files and bad URIs are error values") {

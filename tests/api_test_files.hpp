@@ -9,11 +9,13 @@
 
 #include "tz/format/encryption.hpp"
 #include "tz/format/safetensors.hpp"
+#include "tz/format/shard_index.hpp"
 #include "tz/format/writer.hpp"
 #include "tz/sodium.hpp"
 
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -85,6 +87,17 @@ inline void write_api_test_files(const std::string& dir) {
   std::vector<tz::format::st_write_tensor> st;
   for (const auto& t : tensors) st.push_back({t.name, "F32", t.shape, std::as_bytes(std::span<const float>(t.values))});
   checked(tz::format::write_safetensors(dir + "/model.safetensors", st), "safetensors");
+  // The same tensors as a Hugging Face sharded checkpoint: sharded/ with two shards and an index.
+  std::filesystem::create_directories(dir + "/sharded");
+  tz::format::shard_index index;
+  index.shards = {tz::format::shard_file_name(0, 2), tz::format::shard_file_name(1, 2)};
+  for (std::size_t s = 0; s < 2; ++s) {
+    const auto part = s == 0 ? std::span(st).first(st.size() - 1) : std::span(st).last(1);
+    for (const auto& t : part) index.weight_map.emplace_back(t.name, s);
+    checked(tz::format::write_safetensors(dir + "/sharded/" + index.shards[s], part), "shard");
+  }
+  const auto json = checked(tz::format::write_shard_index_json(index), "index");
+  std::ofstream(dir + "/sharded/model.safetensors.index.json") << json;
 }
 
 }  // namespace tz_test
