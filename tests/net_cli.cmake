@@ -1,6 +1,6 @@
 # tests/net_cli.cmake: the CLI and the loader over remote sources, against the servers of tests/net.cmake
 # (its fixtures and port scheme): net_cli_test (C++ loader API, whole and filtered loads), net_cli.sh
-# (synth, copy up/down, hash --json, load, error messages, encrypted over HTTP) and
+# (synth, copy up/down, hash --json, load, sharded checkpoints, error messages, encrypted over HTTP) and
 # tests/python/check_remote_cross.py (the real tensorizer reads what ours uploaded). Skips: exit 77.
 add_executable(net_cli_test ${CMAKE_CURRENT_LIST_DIR}/net_cli_test.cpp ${CMAKE_CURRENT_LIST_DIR}/doctest_main.cpp)
 target_link_libraries(net_cli_test PRIVATE doctest::doctest tz::net tz::engine tz::backends)

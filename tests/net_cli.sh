@@ -48,12 +48,33 @@ check_uri() {
   no_temp_left
 }
 
+# check_shards URI [options...]: a sharded checkpoint's tensors hash (sorted) as the local file's,
+# and a load delivers as many bytes.
+"$cli" hash "$work/model.tensors" | sort > "$work/local.sorted.hash"
+check_shards() {
+  local uri=$1; shift
+  step "hash, verify, load of the sharded checkpoint $uri"
+  "$cli" hash "$@" "$uri" | sort > "$work/shards.hash"
+  same "$work/local.sorted.hash" "$work/shards.hash" "hash of the shards at $uri differs from the local file"
+  "$cli" verify "$@" "$uri" > /dev/null
+  "$cli" load --json "$work/model.tensors" | grep -o '"bytes":[0-9]*' > "$work/local.load"
+  "$cli" load --json "$@" "$uri" | grep -o '"bytes":[0-9]*' > "$work/shards.load"
+  same "$work/local.load" "$work/shards.load" "load of the shards at $uri delivered other byte counts"
+}
+
 case $suite in
   http)
     www=$top/nginx/www/cli-sh; mkdir -p "$www"; cp "$work/model.tensors" "$www/model.tensors"
     check_uri "http://127.0.0.1:$((base + 80))/cli-sh/model.tensors"
     check_uri "https://localhost:$((base + 443))/cli-sh/model.tensors" --ca-file "$top/ca/ca.pem"
     check_uri "https://localhost:$((base + 443))/cli-sh/model.tensors" --insecure --connections 2
+    step "a sharded checkpoint under an HTTP prefix and through its index URI"
+    "$cli" convert "$work/model.tensors" "$www/shards/" --max-shard-size 2MB
+    check_shards "http://127.0.0.1:$((base + 80))/cli-sh/shards/"
+    check_shards "https://localhost:$((base + 443))/cli-sh/shards/model.safetensors.index.json" --ca-file "$top/ca/ca.pem"
+    rm "$www/shards/model-00002-of-"*.safetensors
+    expect_error "(not_found)" "$cli" load "http://127.0.0.1:$((base + 80))/cli-sh/shards/"
+    expect_error "(not_found)" "$cli" load "http://127.0.0.1:$((base + 80))/cli-sh/no-such-dir/"
     expect_error "(auth)" "$cli" hash "https://localhost:$((base + 443))/cli-sh/model.tensors"
     expect_error "(not_found)" "$cli" hash "http://127.0.0.1:$((base + 80))/cli-sh/missing.tensors"
     expect_error "(unsupported)" "$cli" copy "$work/model.tensors" "http://127.0.0.1:$((base + 80))/cli-sh/up.tensors"
@@ -85,6 +106,12 @@ while True: held.append(s.accept()[0])' > "$work/silent.port" &
     "$cli" copy "${ep[@]}" "$work/model.tensors" s3://tz-test/cli-sh/model.tensors
     no_temp_left
     check_uri s3://tz-test/cli-sh/model.tensors "${ep[@]}"
+    step "a sharded checkpoint written under an S3 prefix by convert, read back from the prefix"
+    "$cli" convert "${ep[@]}" "$work/model.tensors" s3://tz-test/cli-sh/shards/ --max-shard-size 20MB
+    no_temp_left
+    check_shards s3://tz-test/cli-sh/shards/ "${ep[@]}"
+    "$cli" convert "${ep[@]}" s3://tz-test/cli-sh/shards/ "$work/back.tensors"
+    same "$work/model.tensors" "$work/back.tensors" "S3 shards -> .tensors is not byte-identical"
     step "S3 -> S3 copy, and synth straight to S3"
     "$cli" copy "${ep[@]}" s3://tz-test/cli-sh/model.tensors s3://tz-test/cli-sh/copy.tensors
     check_uri s3://tz-test/cli-sh/copy.tensors "${ep[@]}"
