@@ -159,7 +159,7 @@ task<result<loader>> loader::async_open_shards(scheduler& sched, std::string nam
   for (std::size_t s = 0; s < opened.size(); ++s) {
     const format::file_index& one = opened[s].index();
     spans->push_back({shards[s].name, opened[s].source().name(), base, one.file_bytes, all.tensors.size(),
-                      one.tensors.size(), one.st_metadata});
+                      one.tensors.size(), one.st_metadata, shards[s].source});
     for (format::tensor_entry e : one.tensors) {
       e.header_offset += base;
       e.data_offset += base;

@@ -79,6 +79,18 @@ for i in 1 2 3; do
 done
 [[ $filled == 1 && $hits == 2 ]] || fail "expected 1 download and 2 hits, got $filled and $hits"
 
+step "a sharded checkpoint: every shard and the index cached, the next load reads the copies"
+shards=${url%/model.tensors}/shards/
+if [[ $suite == http ]]; then "$cli" convert "$work/v1.tensors" "$www/shards/" --max-shard-size 8MB
+else "$cli" convert "${opts[@]}" "$work/v1.tensors" "$shards" --max-shard-size 8MB; fi
+"$cli" load --json "${opts[@]}" --cache-dir "$work/shard-cache" "$shards" > "$work/shards1.json"
+expect_cache "$work/shards1.json" "model-00001-of-"
+"$cli" load --json "${opts[@]}" --cache-dir "$work/shard-cache" "$shards" > "$work/shards2.json"
+got=$(cache_field "$work/shards2.json")
+n=$(grep -o 'safetensors: hit: ' <<< "$got" | wc -l)
+[[ $n -ge 3 && $got != *filled* ]] || fail "expected every shard to be a hit, got '$got'"
+step "cache: $n shards hit"
+
 step "bounds and bad values"
 "$cli" load --json "${opts[@]}" --cache-dir "$work/small" --cache-max-size 1M "$url" > "$work/small.json"
 expect_cache "$work/small.json" "bypassed: "

@@ -43,7 +43,7 @@ void draw_progress(const load_progress& p) {
 void print_report(const load_args& a, const loader& l, const loaded_tensors& r, unsigned threads, unsigned readers) {
   cli::load_report rep;
   rep.file = a.inputs.size() == 1 ? a.inputs[0] : l.source().name();
-  rep.cache = cache_status(l.source());
+  rep.cache = cache_status(l);
   rep.safetensors = l.kind() == file_kind::safetensors;
   rep.destination = "host";
   rep.tensors = r.size();

@@ -87,7 +87,7 @@ void print_report(const load_device_args& a, const loader& l, const device_tenso
                   unsigned threads) {
   cli::load_report rep;
   rep.file = a.inputs.size() == 1 ? a.inputs[0] : l.source().name();
-  rep.cache = cache_status(l.source());
+  rep.cache = cache_status(l);
   rep.safetensors = l.kind() == file_kind::safetensors;
   rep.destination = device;
   rep.tensors = t.size();

@@ -119,4 +119,14 @@ result<loader> open_checkpoint(scheduler& sched, std::span<const std::string> in
   return loader::open(sched, std::move(source));
 }
 
+std::string cache_status(const loader& l) {
+  if (l.shards().empty()) return cache_status(l.source());
+  std::string out;
+  for (const auto& s : l.shards()) {
+    const std::string one = s.source ? cache_status(*s.source) : std::string();
+    if (!one.empty()) out += (out.empty() ? "" : "; ") + s.name + ": " + one;
+  }
+  return out;
+}
+
 }  // namespace tz

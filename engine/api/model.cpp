@@ -90,7 +90,7 @@ result<model> model::open(const std::string& path_or_uri, const options& opts) {
 }
 
 const std::string& model::source_name() const noexcept { return p_->name; }
-std::string model::cache_status() const { return tz::cache_status(*p_->source); }
+std::string model::cache_status() const { return tz::cache_status(*p_->opened); }
 bool model::is_safetensors() const noexcept { return p_->opened->kind() == tz::file_kind::safetensors; }
 bool model::encrypted() const noexcept { return p_->opened->index().header.has_crypt_info(); }
 double model::open_seconds() const noexcept { return p_->opened->open_seconds(); }

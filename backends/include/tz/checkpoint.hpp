@@ -2,6 +2,7 @@
 // checkpoint split over safetensors shards (its index, a directory, a remote prefix, or the files).
 #pragma once
 
+#include "tz/cache.hpp"
 #include "tz/loader.hpp"
 #include "tz/sources.hpp"
 
@@ -26,5 +27,9 @@ struct checkpoint_options {
 // index) or shard (naming the shard), errc::invalid_argument for an index URI with a query
 // string (its shards' URIs could not be formed) or no inputs, and as open_any does.
 result<loader> open_checkpoint(scheduler& sched, std::span<const std::string> inputs, const checkpoint_options& options);
+
+// What the node-local cache did for the model's source (tz::cache_status): for a sharded
+// checkpoint, "NAME: STATUS" per cached shard, joined by "; ". Empty when nothing is cached.
+std::string cache_status(const loader& l);
 
 }  // namespace tz

@@ -131,6 +131,7 @@ struct shard_span {
   std::size_t first_tensor = 0;
   std::size_t tensor_count = 0;
   std::vector<std::pair<std::string, std::string>> metadata;  // the shard's "__metadata__"
+  std::shared_ptr<const byte_source> source;                  // the shard's own source
 };
 
 // An opened model file. Cheap to keep; it holds the index and the source. Loads may run one after
