@@ -126,6 +126,19 @@ result<std::vector<const format::tensor_entry*>> select_in_file_order(const form
   return out;
 }
 
+std::vector<std::vector<std::size_t>> batches_by_bytes(const format::file_index& index,
+                                                       std::span<const std::size_t> which, std::uint64_t cap_bytes) {
+  std::vector<std::vector<std::size_t>> out;
+  std::uint64_t in_batch = 0;
+  for (std::size_t i : which) {
+    const std::uint64_t n = i < index.tensors.size() ? index.tensors[i].deserialized_bytes : 0;
+    if (out.empty() || (!out.back().empty() && in_batch + n > cap_bytes)) out.emplace_back(), in_batch = 0;
+    out.back().push_back(i);
+    in_batch += n;
+  }
+  return out;
+}
+
 void interleave_split_tensors(load_plan& plan, std::size_t width) {
   const std::size_t end = plan.ranges.size();
   if (width < 2 || end < 2) return;

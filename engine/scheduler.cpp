@@ -3,7 +3,11 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 
+#include <pthread.h>
+
 #include <cassert>
+#include <mutex>
+#include <new>
 
 namespace tz {
 
@@ -55,5 +59,27 @@ executor scheduler::next_executor() noexcept {
 }
 
 bool scheduler::on_worker() const noexcept { return current_scheduler == this; }
+
+namespace {
+
+std::mutex shared_mutex;
+std::weak_ptr<scheduler> shared_cache;
+
+void forget_shared_in_child() noexcept {
+  new (&shared_mutex) std::mutex();  // another thread may have held it at fork time
+  new (&shared_cache) std::weak_ptr<scheduler>();
+}
+
+}  // namespace
+
+std::shared_ptr<scheduler> shared_scheduler() {
+  static const bool registered = ::pthread_atfork(nullptr, nullptr, &forget_shared_in_child) == 0;
+  (void)registered;
+  std::lock_guard lock(shared_mutex);
+  if (auto s = shared_cache.lock()) return s;
+  auto s = std::make_shared<scheduler>();
+  shared_cache = s;
+  return s;
+}
 
 }  // namespace tz

@@ -40,19 +40,10 @@ result<void> walk_tensors(scheduler& sched, loader& l, const walk_options& optio
     order.resize(tensors.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
   }
-  std::vector<std::size_t> batch;
-  std::uint64_t batch_bytes = 0;
-  for (std::size_t i : order) {
+  for (std::size_t i : order)
     if (i >= tensors.size()) return make_error(errc::invalid_argument, l.source().name() + ": no tensor at position " + std::to_string(i));
-    if (!batch.empty() && batch_bytes + tensors[i].deserialized_bytes > options.batch_bytes) {
-      TZ_CHECK(visit_batch(sched, l, std::move(batch), options, visit));
-      batch.clear();
-      batch_bytes = 0;
-    }
-    batch.push_back(i);
-    batch_bytes += tensors[i].deserialized_bytes;
-  }
-  if (!batch.empty()) TZ_CHECK(visit_batch(sched, l, std::move(batch), options, visit));
+  for (auto& batch : batches_by_bytes(l.index(), order, options.batch_bytes))
+    TZ_CHECK(visit_batch(sched, l, std::move(batch), options, visit));
   return {};
 }
 

@@ -54,20 +54,6 @@ load_timings add(load_timings a, const load_timings& b) {
 // verify()'s reused buffer: up to this much per batch, or the largest tensor when that is larger.
 constexpr std::uint64_t verify_batch_bytes = 256ull << 20;
 
-// Splits `which` (file order) into batches of at most `cap` bytes (a larger tensor is a batch alone).
-std::vector<std::vector<std::size_t>> batches(const model::impl& m, const std::vector<std::size_t>& which,
-                                              std::uint64_t cap) {
-  std::vector<std::vector<std::size_t>> out;
-  std::uint64_t in_batch = cap;
-  for (auto i : which) {
-    const auto n = (*m.infos)[i].size_bytes;
-    if (out.empty() || in_batch + n > cap) out.emplace_back(), in_batch = 0;
-    out.back().push_back(i);
-    in_batch += n;
-  }
-  return out;
-}
-
 }  // namespace
 
 result<model> model::open(const std::string& path_or_uri, const options& opts) {
@@ -169,7 +155,7 @@ result<load_timings> model::verify(const std::vector<std::string>& names) const 
     sum.open_s = p_->opened->open_seconds();
     std::uint64_t done = 0;
     std::size_t tensors_done = 0;
-    for (const auto& batch : batches(*p_, *which, cap)) {
+    for (const auto& batch : tz::batches_by_bytes(p_->opened->index(), *which, cap)) {
       std::vector<tz::tensor_destination> to;
       std::uint64_t at = 0;
       for (auto i : batch) {

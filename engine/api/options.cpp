@@ -4,10 +4,6 @@
 
 #include "tz/sodium.hpp"
 
-#include <pthread.h>
-
-#include <mutex>
-#include <new>
 #include <stdexcept>
 
 namespace tensorizer {
@@ -62,33 +58,9 @@ error from_exception(std::string_view where, std::exception_ptr e) {
   return error{errc::internal, std::string(where) + ": " + what};
 }
 
-namespace {
-
-// One scheduler for every model opened with threads == 0: its workers are one per core with an
-// io_uring ring each, so a second set would only oversubscribe the cores. Held by the models (and
-// their in-flight loads) and stopped with the last of them, not at static destruction (joining
-// threads from exit() handlers of a shared library is fragile).
-std::mutex shared_mutex;
-std::weak_ptr<tz::scheduler> shared_cache;
-
-// A forked child has none of the parent's worker threads: it forgets the parent's scheduler (the
-// object is leaked there, joining threads that do not exist would hang) and starts its own.
-void forget_in_child() noexcept {
-  new (&shared_mutex) std::mutex();
-  new (&shared_cache) std::weak_ptr<tz::scheduler>();
-}
-
-}  // namespace
-
 std::shared_ptr<tz::scheduler> scheduler_for(unsigned threads) {
-  if (threads != 0) return std::make_shared<tz::scheduler>(threads);
-  static const bool registered = ::pthread_atfork(nullptr, nullptr, &forget_in_child) == 0;
-  (void)registered;
-  std::lock_guard lock(shared_mutex);
-  if (auto s = shared_cache.lock()) return s;
-  auto s = std::make_shared<tz::scheduler>();
-  shared_cache = s;
-  return s;
+  // threads == 0: the process's shared one (tz::shared_scheduler says why one).
+  return threads != 0 ? std::make_shared<tz::scheduler>(threads) : tz::shared_scheduler();
 }
 
 tz::result<tz::remote_options> remote_options_from(const options& o) {

@@ -14,9 +14,7 @@ namespace tz::py {
 
 namespace pyb = pybind11;
 
-// The engine's worker threads, shared by every live Source, Reader, Loaded and Writer. Created on
-// first use and joined when the last holder goes away (nothing engine-side has static lifetime).
-std::shared_ptr<scheduler> shared_scheduler();
+// Every live Source, Reader, Loaded and Writer shares the engine's tz::shared_scheduler().
 
 // Raised by raise_error: the Python exception registered for e.code (set_error_types), else
 // RuntimeError, carrying e.message.

@@ -5,10 +5,8 @@
 
 #include <pybind11/stl.h>
 
-#include <pthread.h>
 
 #include <array>
-#include <mutex>
 
 namespace tz::py {
 
@@ -42,9 +40,6 @@ void set_error_types(const pyb::dict& mapping) {
   }
 }
 
-std::mutex scheduler_mutex;
-std::weak_ptr<scheduler> scheduler_cache;
-
 std::optional<std::string> opt_str(const pyb::kwargs& kw, const char* name) {
   if (!kw.contains(name)) return std::nullopt;
   pyb::object v = kw[name];
@@ -65,25 +60,6 @@ bool opt_bool(const pyb::kwargs& kw, const char* name) {
 }
 
 }  // namespace
-
-// A forked child (multiprocessing, DataLoader workers) has none of the parent's worker threads:
-// it must never reuse the parent's scheduler. The child forgets it (the object is leaked there:
-// destroying it would join threads that do not exist) and starts its own on first use. Objects
-// opened before the fork stay bound to the parent's scheduler and must not be used in the child.
-void forget_scheduler_in_child() noexcept {
-  new (&scheduler_mutex) std::mutex();  // it may have been held by another thread at fork time
-  new (&scheduler_cache) std::weak_ptr<scheduler>();
-}
-
-std::shared_ptr<scheduler> shared_scheduler() {
-  static const bool registered = [] { return ::pthread_atfork(nullptr, nullptr, &forget_scheduler_in_child) == 0; }();
-  (void)registered;
-  std::lock_guard lock(scheduler_mutex);
-  if (auto s = scheduler_cache.lock()) return s;
-  auto s = std::make_shared<scheduler>();
-  scheduler_cache = s;
-  return s;
-}
 
 void raise_error(const error& e) {
   pyb::gil_scoped_acquire gil;

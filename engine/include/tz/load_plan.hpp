@@ -78,6 +78,12 @@ result<std::vector<const format::tensor_entry*>> select_in_file_order(const form
 result<load_plan> make_plan(std::span<const format::tensor_entry* const> selected,
                             std::span<const std::uint64_t> split_align_bytes, const plan_options& options);
 
+// Cuts `which` (index positions, in the caller's order) into consecutive batches of at most
+// `cap_bytes` of the tensors' deserialized bytes, a larger tensor alone: for walks that load a
+// model piece by piece into bounded memory (the CLI's tensor walk, the facade's verify). Pure.
+std::vector<std::vector<std::size_t>> batches_by_bytes(const format::file_index& index,
+                                                       std::span<const std::size_t> which, std::uint64_t cap_bytes);
+
 // Reorders the ranges so that up to `width` split tensors advance together, their parts
 // taken round-robin (each tensor's parts keep their order; whole ranges keep theirs). A split
 // tensor's SHA-256 is fed part by part in order, so in file order one tensor hashes on one core at
