@@ -339,10 +339,11 @@ def _load_wrapper(f, map_location=None, pickle_module=_LOAD_WRAPPER_DEFAULT_MODU
     if settings["suppress_weights_only"]:
         weights_only = False
     elif weights_only:
+        # Starts with torch's own message, which 2.11.1 let surface (its tests match on it).
         raise RuntimeError(
-            "torch.load(weights_only=True) cannot use tensorizer's storage backend (it needs its own"
-            " pickle module); pass suppress_weights_only=True to tensorizer_loading to load with"
-            " weights_only=False instead")
+            "Can not safely load weights when explicit pickle_module is specified: torch.load(weights_only=True)"
+            " cannot use tensorizer's storage backend (it needs its own pickle module); pass"
+            " suppress_weights_only=True to tensorizer_loading to load with weights_only=False instead")
     token = _load_target.set(target)
     try:
         return _ORIG_TORCH_LOAD(f, map_location, _tensorizer_pickle, *args, weights_only=weights_only, **kwargs)
