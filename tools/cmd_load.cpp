@@ -7,7 +7,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 
 using namespace tz;
 
@@ -24,12 +26,15 @@ constexpr const char* load_help =
     "  --readers N      reads in flight (default: 2 per worker thread)\n"
     "  --threads N      worker threads (default: one per core)\n"
     "  --json           one JSON object on stdout instead of text\n"
+    "  --repeat N       load N times in this process (each load freed before the next) and report the\n"
+    "                   median run, with every run's rate (for benchmarks: runs after the first find\n"
+    "                   the process's memory and the page cache warm)\n"
     "  --decrypt-key-file F | --decrypt-passphrase-file F   open an encrypted file\n";
 
 struct load_args {
   std::vector<std::string> inputs;
   bool verify = false, direct = false, json = false;
-  unsigned readers = 0, threads = 0;
+  unsigned readers = 0, threads = 0, repeat = 1;
 };
 
 // A one-line bar redrawn on stderr; only used when stderr is a terminal.
@@ -40,7 +45,8 @@ void draw_progress(const load_progress& p) {
                frac * 100, p.tensors_done, p.tensors_total);
 }
 
-void print_report(const load_args& a, const loader& l, const loaded_tensors& r, unsigned threads, unsigned readers) {
+void print_report(const load_args& a, const loader& l, const loaded_tensors& r, const load_timings& timings,
+                  unsigned threads, unsigned readers, std::vector<double> runs_gbps) {
   cli::load_report rep;
   rep.file = a.inputs.size() == 1 ? a.inputs[0] : l.source().name();
   rep.cache = cache_status(l);
@@ -48,11 +54,12 @@ void print_report(const load_args& a, const loader& l, const loaded_tensors& r, 
   rep.destination = "host";
   rep.tensors = r.size();
   rep.data_bytes = r.data_bytes();
-  rep.timings = r.timings();
+  rep.timings = timings;
   rep.verify = a.verify;
   rep.direct = a.direct;
   rep.threads = threads;
   rep.readers = readers;
+  rep.runs_gbps = std::move(runs_gbps);
   cli::print_load_report(rep, a.json);
 }
 
@@ -61,7 +68,8 @@ result<load_args> parse_load(const cli::args& a) {
   if (a.positional.empty()) return make_error(errc::invalid_argument, "expected a MODEL");
   out.inputs = a.positional;
   out.verify = a.has("--verify"), out.direct = a.has("--direct"), out.json = a.has("--json");
-  for (auto [name, target] : {std::pair{"--readers", &out.readers}, std::pair{"--threads", &out.threads}}) {
+  for (auto [name, target] : {std::pair{"--readers", &out.readers}, std::pair{"--threads", &out.threads},
+                              std::pair{"--repeat", &out.repeat}}) {
     if (auto v = a.get(name)) {
       TZ_TRY(n, cli::to_uint(name, *v));
       if (n == 0 || n > 4096) return make_error(errc::invalid_argument, std::string(name) + " must be 1..4096");
@@ -75,7 +83,7 @@ result<load_args> parse_load(const cli::args& a) {
 
 // Entry point of the `load` subcommand (argv[1] is "load"): 0 loaded, 1 failed, 2 bad usage.
 int cmd_load(int argc, char** argv) {
-  auto valued = cli::with_remote_valued({"--readers", "--threads", "--device"});
+  auto valued = cli::with_remote_valued({"--readers", "--threads", "--device", "--repeat"});
   valued.insert(valued.end(), cli::decrypt_options.begin(), cli::decrypt_options.end());
   auto a = cli::parse(argc, argv, 2, valued, cli::with_remote_flags({"--verify", "--direct", "--json", "--help"}));
   if (!a) return cli::usage_error("load", a.error().message, load_help);
@@ -96,10 +104,24 @@ int cmd_load(int argc, char** argv) {
     o.decryption = std::move(*decryption);
     const bool tty = !args->json && ::isatty(STDERR_FILENO);
     if (tty) o.on_progress = draw_progress;
-    auto r = l->load(sched, {}, o);
-    if (tty) std::fputc('\n', stderr);
-    if (!r) return cli::fail("load", r.error());
-    print_report(*args, *l, *r, sched.thread_count(), o.readers);
+    // --repeat: each run is freed before the next; the report is the median run's timings.
+    std::vector<load_timings> runs;
+    std::optional<loaded_tensors> last;
+    for (unsigned k = 0; k < args->repeat; ++k) {
+      last.reset();
+      auto r = l->load(sched, {}, o);
+      if (tty) std::fputc('\n', stderr);
+      if (!r) return cli::fail("load", r.error());
+      runs.push_back(r->timings());
+      last.emplace(std::move(*r));
+    }
+    std::vector<double> rates;
+    for (const auto& t : runs)
+      rates.push_back(t.total_s > 0 ? static_cast<double>(last->data_bytes()) / t.total_s / 1e9 : 0);
+    auto by_time = runs;
+    std::sort(by_time.begin(), by_time.end(), [](const auto& a, const auto& b) { return a.total_s < b.total_s; });
+    print_report(*args, *l, *last, by_time[(by_time.size() - 1) / 2], sched.thread_count(), o.readers,
+                 args->repeat > 1 ? rates : std::vector<double>{});
     return 0;
   } catch (const std::exception& e) {
     return cli::fail("load", make_error(errc::io, e.what()));

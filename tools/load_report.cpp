@@ -4,6 +4,7 @@
 #include "tz/format/tensor_path.hpp"
 
 #include <cstdio>
+#include <string>
 
 namespace tz::cli {
 
@@ -13,18 +14,31 @@ double rate_gbps(const load_report& r) {
   return r.timings.total_s > 0 ? static_cast<double>(r.data_bytes) / r.timings.total_s / 1e9 : 0;
 }
 
+// ',"runs_gb_per_s":[...]' for load --repeat, else nothing.
+std::string runs_json(const load_report& r) {
+  if (r.runs_gbps.empty()) return {};
+  std::string out = ",\"runs_gb_per_s\":[";
+  char buf[32];
+  for (std::size_t i = 0; i < r.runs_gbps.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%s%.3f", i ? "," : "", r.runs_gbps[i]);
+    out += buf;
+  }
+  return out + "]";
+}
+
 void print_json(const load_report& r) {
   const auto& t = r.timings;
   std::printf("{\"file\":%s,\"format\":\"%s\",\"device\":\"%s\",\"tensors\":%zu,\"bytes\":%llu,\"seconds\":%.6f,"
               "\"gb_per_s\":%.3f,\"rate\":\"bytes (stored tensor data) / seconds (load call to every tensor ready)\","
               "\"verify\":%s,\"direct\":%s,\"threads\":%u,\"readers\":%u,\"ring_bytes\":%llu,\"pinned_max_bytes\":%llu,"
               "\"cache\":%s,\"stages\":{\"open_s\":%.6f,\"prepare_s\":%.6f,\"transfer_s\":%.6f,\"total_s\":%.6f,\"read_s\":%.6f,"
-              "\"verify_s\":%.6f,\"decrypt_s\":%.6f,\"upload_s\":%.6f,\"wait_s\":%.6f}}\n",
+              "\"verify_s\":%.6f,\"decrypt_s\":%.6f,\"upload_s\":%.6f,\"wait_s\":%.6f}%s}\n",
               format::json_name(format::plain_path(r.file)).c_str(), r.safetensors ? "safetensors" : "tensorizer",
               r.destination.c_str(), r.tensors, static_cast<unsigned long long>(r.data_bytes), t.total_s, rate_gbps(r),
               r.verify ? "true" : "false", r.direct ? "true" : "false", r.threads, r.readers,
               static_cast<unsigned long long>(r.ring_bytes), static_cast<unsigned long long>(r.pinned_max_bytes),
-              r.cache.empty() ? "null" : format::json_name(format::plain_path(r.cache)).c_str(), t.open_s, t.prepare_s, t.transfer_s, t.total_s, t.read_s, t.verify_s, t.decrypt_s, t.upload_s, t.wait_s);
+              r.cache.empty() ? "null" : format::json_name(format::plain_path(r.cache)).c_str(), t.open_s, t.prepare_s, t.transfer_s, t.total_s, t.read_s, t.verify_s, t.decrypt_s, t.upload_s, t.wait_s,
+              runs_json(r).c_str());
 }
 
 }  // namespace
@@ -41,6 +55,11 @@ void print_load_report(const load_report& r, bool json) {
   if (r.ring_bytes > 0) std::printf(", upload %.3f, wait %.3f", t.upload_s, t.wait_s);
   std::printf("\n  %u worker threads, %u readers, %s reads\n", r.threads, r.readers, r.direct ? "O_DIRECT" : "buffered");
   if (!r.cache.empty()) std::printf("  cache: %s\n", r.cache.c_str());
+  if (!r.runs_gbps.empty()) {
+    std::printf("  %zu runs in this process (the median one reported), GB/s:", r.runs_gbps.size());
+    for (double g : r.runs_gbps) std::printf(" %.2f", g);
+    std::printf("\n");
+  }
   if (r.ring_bytes > 0) {
     std::printf("  pinned staging: at most %.1f MiB held of a %.1f MiB ring\n",
                 static_cast<double>(r.pinned_max_bytes) / (1 << 20), static_cast<double>(r.ring_bytes) / (1 << 20));

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tz::cli {
 
@@ -25,6 +26,7 @@ struct load_report {
   std::uint64_t ring_bytes = 0;        // device loads: the pinned staging ring
   std::uint64_t pinned_max_bytes = 0;  // device loads: the most of it held at once
   std::string cache;                   // what the node-local cache did (tz::cache_status); "" if off
+  std::vector<double> runs_gbps;       // load --repeat N: every run's rate (the report is the median run's)
 };
 
 // Text for people, or one JSON object (json) on stdout.
