@@ -24,6 +24,8 @@ step "inspect --json, verify, load"
 grep -q '"tensors"' "$work/inspect.json" || { step "FAIL: inspect --json printed no tensors"; exit 1; }
 "$cli" verify "$work/a.tensors"
 "$cli" load "$work/a.tensors"
+runs=$("$cli" load --json --repeat 3 "$work/a.tensors" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["runs_gb_per_s"]))')
+[ "$runs" = 3 ] || { step "FAIL: load --repeat 3 reported $runs runs"; exit 1; }
 
 step "copy keeps every tensor's hash"
 "$cli" copy "$work/a.tensors" "$work/c.tensors"

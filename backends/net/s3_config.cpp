@@ -77,7 +77,7 @@ result<s3_resolved> resolve_s3(const s3_options& options, bool for_write) {
   bool force_http = options.force_http;
   bool have_keys = options.access_key_id && options.secret_access_key;
   if (have_keys) out.credentials = {*options.access_key_id, *options.secret_access_key, options.session_token};
-  if (!have_keys) {
+  if (!have_keys && options.use_s3_config) {
     auto path = options.s3_config_path.empty() ? home_file(".s3cfg") : options.s3_config_path;
     auto cfg = path.empty() ? std::nullopt : read_ini(path);
     if (!cfg && !options.s3_config_path.empty())

@@ -87,7 +87,7 @@ tz::remote_options remote_options_from(const pyb::kwargs& kw) {
   static const char* const known[] = {"ca_file",         "insecure",        "connections",   "s3_access_key_id",
                                       "s3_secret_access_key", "s3_session_token", "s3_endpoint", "s3_config_path",
                                       "s3_region",       "force_http",      "s3_virtual_host", "headers",
-                                      "cache_dir",       "cache_max_size"};
+                                      "cache_dir",       "cache_max_size",  "s3_no_config"};
   for (auto [key, value] : kw) {
     const auto name = pyb::cast<std::string>(key);
     auto is = [&](const char* k) { return name == k; };
@@ -124,6 +124,7 @@ tz::remote_options remote_options_from(const pyb::kwargs& kw) {
   if (auto t = opt_str(kw, "s3_session_token")) o.s3.session_token = *t;
   if (auto e = opt_str(kw, "s3_endpoint")) o.s3.endpoint = *e;
   if (auto c = opt_str(kw, "s3_config_path")) o.s3.s3_config_path = *c;
+  o.s3.use_s3_config = !opt_bool(kw, "s3_no_config");
   if (auto r = opt_str(kw, "s3_region")) o.s3.region = *r;
   o.s3.force_http = opt_bool(kw, "force_http");
   o.s3.virtual_host_style = opt_bool(kw, "s3_virtual_host");

@@ -685,6 +685,10 @@ def _resolve_s3(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_p
         except ValueError:
             pass
         out["s3_config_path"] = out["s3_config_path"] or parsed.config_file
+        if out["s3_config_path"] is None:
+            # None of _s3_default_config_paths is readable: the native client must not read
+            # ~/.s3cfg on its own (those paths are the only ones 2.11.1 looks at).
+            out["s3_no_config"] = True
     session = None
     keys_in_config = parsed.s3_access_key and parsed.s3_secret_key
     if s3_access_key_id is None and s3_secret_access_key is None and not keys_in_config:

@@ -745,6 +745,32 @@ def test_s3_default_config_paths_is_read_at_open(s3_server, tmp_path, monkeypatc
         stream_io._get_s3cfg_values.cache_clear()
 
 
+def test_s3_default_config_paths_elsewhere_means_no_s3cfg(s3_server, tmp_path, monkeypatch):
+    # 2.11.1 reads the s3cmd config only through _s3_default_config_paths: pointed away from
+    # ~/.s3cfg, a valid ~/.s3cfg must not sign the request (the native client used to read it
+    # itself). No other credentials anywhere: the request goes unsigned and RGW refuses it.
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".s3cfg").write_text(f"[default]\naccess_key = {S3_KEY}\nsecret_key = {S3_SECRET}\n")
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+    kwargs = {"s3_endpoint": s3_server["endpoint"], "force_http": True}
+    stream_io._get_s3cfg_values.cache_clear()
+    try:
+        monkeypatch.setattr(stream_io, "_s3_default_config_paths", (str(home / ".s3cfg"),))
+        with open_stream(f"s3://{S3_BUCKET}/data.bin", **kwargs) as f:  # found there: signed, readable
+            assert f.read(8) == DATA[:8]
+        stream_io._get_s3cfg_values.cache_clear()
+        monkeypatch.setattr(stream_io, "_s3_default_config_paths", (str(tmp_path / "missing"),))
+        with pytest.raises(PermissionError):
+            open_stream(f"s3://{S3_BUCKET}/data.bin", **kwargs)
+    finally:
+        stream_io._get_s3cfg_values.cache_clear()
+
+
 def test_s3_credentials_and_endpoint_from_botocore(s3_server, tmp_path, monkeypatch):
     # A profile whose keys come from a credential_process, a source only botocore knows, and whose
     # endpoint_url is an http:// one (allowed from config, as in 2.11.1): nothing passed to open_stream.

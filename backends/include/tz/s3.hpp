@@ -27,6 +27,9 @@ struct s3_options {
   std::optional<std::string> secret_access_key;
   std::string session_token;  // sent as x-amz-security-token
   std::string s3_config_path;
+  // false: consult no s3cmd config at all, not even ~/.s3cfg (a front-end that looks for it
+  // elsewhere, as the Python package does through stream_io._s3_default_config_paths, found none).
+  bool use_s3_config = true;
   std::string profile;
   // Endpoint, in order: this; host_base of a consulted s3cmd config; AWS_ENDPOINT_URL_S3;
   // AWS_ENDPOINT_URL; accel-object.ord1.coreweave.com (reads) / object.ord1.coreweave.com (writes).
