@@ -1,5 +1,6 @@
 // model.safetensors.index.json: parsing (validated, bounded) and writing as transformers does.
 #include "tz/format/shard_index.hpp"
+#include "tz/format/tensor_path.hpp"
 
 // Boost.JSON's implementation is compiled once for the project, in format/json.cpp.
 #include <boost/json.hpp>
@@ -17,46 +18,11 @@ error index_error(std::string_view source, const std::string& what) {
   return make_error(errc::format, std::string(source) + ": sharded checkpoint index " + what);
 }
 
-// Python's json.dumps(ensure_ascii=True) string escaping: what transformers' index files hold.
+// A JSON string as Python's json.dumps writes it (transformers' index files).
 std::string python_json_string(std::string_view s) {
-  std::string out = "\"";
-  auto escape = [&out](unsigned code) {
-    char buf[16];
-    std::snprintf(buf, sizeof buf, "\\u%04x", code & 0xffffu);
-    out += buf;
-  };
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
-        default:
-          if (c < 0x20) escape(c);
-          else out += static_cast<char>(c);
-      }
-      continue;
-    }
-    // A multi-byte UTF-8 sequence (names were validated as JSON strings, so it is well formed).
-    const unsigned len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
-    unsigned code = c & (0x7f >> len);
-    for (unsigned k = 1; k < len && i + k < s.size(); ++k) code = (code << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
-    i += len;
-    if (code >= 0x10000) {
-      code -= 0x10000;
-      escape(0xd800 + (code >> 10));
-      escape(0xdc00 + (code & 0x3ff));
-    } else {
-      escape(code);
-    }
-  }
-  return out + "\"";
+  std::string out;
+  append_python_json_string(out, s);
+  return out;
 }
 
 }  // namespace

@@ -12,8 +12,11 @@ error bad_name(std::string_view stored, const std::string& why) {
   return make_error(errc::format, "invalid structured tensor name '" + std::string(stored.substr(1)) + "': " + why);
 }
 
+
+}  // namespace
+
 // Appends s as a JSON string with Python's json.dumps(ensure_ascii=True) escapes.
-void append_json_string(std::string& out, std::string_view s) {
+void append_python_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
   for (std::size_t i = 0; i < s.size();) {
     auto c = static_cast<unsigned char>(s[i]);
@@ -50,8 +53,6 @@ void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
 }
 
-}  // namespace
-
 bool tensor_path::structured() const noexcept {
   return !(parts.size() == 1 && std::holds_alternative<std::string>(parts[0]));
 }
@@ -86,14 +87,14 @@ result<tensor_path> decode_name(std::string_view stored) {
 std::string json_name(const tensor_path& path) {
   std::string out;
   if (!path.structured()) {
-    append_json_string(out, std::get<std::string>(path.parts[0]));
+    append_python_json_string(out, std::get<std::string>(path.parts[0]));
     return out;
   }
   out.push_back('[');
   for (std::size_t i = 0; i < path.parts.size(); ++i) {
     if (i) out.push_back(',');
     if (const auto* s = std::get_if<std::string>(&path.parts[i]))
-      append_json_string(out, *s);
+      append_python_json_string(out, *s);
     else
       out += std::to_string(std::get<std::uint64_t>(path.parts[i]));
   }

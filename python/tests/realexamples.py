@@ -13,6 +13,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+import servers
 import torch
 
 import tensorizer
@@ -20,8 +22,6 @@ from tensorizer import TensorDeserializer, TensorSerializer
 
 from realpeer import REAL_PYTHON
 
-REPO = Path(__file__).resolve().parents[2]
-RGW_SH = REPO / "scripts" / "servers" / "rgw.sh"
 SITE_DIR = Path(__file__).resolve().parent / "example_site"  # holds the sitecustomize.py hook
 EXAMPLES_ENV = "TZ_REAL_EXAMPLES_DIR"
 # radosgw on base + 480 (HTTP) / + 482 (HTTPS): 25580 / 25582 by default. test_readme_examples'
@@ -131,15 +131,8 @@ def s3_curl(*args: str) -> list:
 def radosgw(workdir: Path):
     """Starts radosgw (skips without Ceph), creates "bucket", writes HOME/.s3cfg naming the HTTPS
     endpoint; yields {"http", "home", "ca"}; stops it."""
-    if not RGW_SH.is_file():
-        pytest.skip(f"{RGW_SH} not found")
-    start = subprocess.run(["bash", str(RGW_SH), "start", str(workdir), str(PORT_BASE)],
-                           capture_output=True, text=True, timeout=300)
-    if start.returncode == 77:
-        pytest.skip(f"Ceph/radosgw not installed: {start.stderr.strip()}")
+    stop = servers.start("rgw.sh", workdir, PORT_BASE)
     try:
-        if start.returncode != 0:
-            pytest.skip(f"radosgw did not start: {start.stderr.strip()[-500:]}")
         http = f"http://127.0.0.1:{PORT_BASE + 480}"
         code = subprocess.run(s3_curl("-o", "/dev/null", "-w", "%{http_code}", "-X", "PUT", f"{http}/bucket"),
                               capture_output=True, text=True, timeout=60).stdout
@@ -156,7 +149,7 @@ def radosgw(workdir: Path):
             """))
         yield {"http": http, "home": home, "ca": str(workdir / "ca" / "ca.pem")}
     finally:
-        subprocess.run(["bash", str(RGW_SH), "stop", str(workdir), str(PORT_BASE)], capture_output=True, timeout=120)
+        stop()
 
 
 def s3_get(rgw, key: str, dest: Path) -> Path:

@@ -14,22 +14,20 @@ Each test then checks that what the example loaded equals what it saved.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import io
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+
+import servers
 import torch
 
 import tensorizer
 from tensorizer import TensorDeserializer, TensorSerializer, TensorType
 
-REPO = Path(__file__).resolve().parents[2]
-RGW_SH = REPO / "scripts" / "servers" / "rgw.sh"
 PORT_BASE = int(os.environ.get("TZ_PY_PORT_BASE", "25000"))
 DEVICE = "cuda:0" if torch.cuda.is_available() else "cpu"
 
@@ -231,16 +229,9 @@ def test_readme_serialize_and_deserialize_simple(model_ref, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def rgw(tmp_path_factory):
-    if not RGW_SH.is_file():
-        pytest.skip(f"{RGW_SH} not found")
     workdir = tmp_path_factory.mktemp("rgw")
-    start = subprocess.run(["bash", str(RGW_SH), "start", str(workdir), str(PORT_BASE)],
-                           capture_output=True, text=True, timeout=300)
-    if start.returncode == 77:
-        pytest.skip(f"Ceph/radosgw not installed: {start.stderr.strip()}")
+    stop = servers.start("rgw.sh", workdir, PORT_BASE)
     try:
-        if start.returncode != 0:
-            pytest.skip(f"radosgw did not start: {start.stderr.strip()[-500:]}")
         yield {
             "endpoint": f"https://127.0.0.1:{PORT_BASE + 482}",
             "ca": str(workdir / "ca" / "ca.pem"),
@@ -249,8 +240,7 @@ def rgw(tmp_path_factory):
             "secret": os.environ.get("S3_SECRET_KEY", "TESTSECRET"),
         }
     finally:
-        subprocess.run(["bash", str(RGW_SH), "stop", str(workdir), str(PORT_BASE)],
-                       capture_output=True, timeout=120)
+        stop()
 
 
 def test_readme_s3_usage_notes(model_ref, rgw, monkeypatch):

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import minilm
+import servers
 
 _reason = minilm.missing()
 if _reason:
@@ -39,7 +40,6 @@ except ImportError:
     pytest.skip("not our package (no tensorizer._C): sharded checkpoints are an extension", allow_module_level=True)
 
 REPO = Path(__file__).resolve().parents[2]
-SERVERS = REPO / "scripts" / "servers"
 CLI = Path(os.environ.get("TZ_CLI", REPO / "build" / "bin" / "tensorizer"))
 # nginx base + 80, radosgw base + 480; other suites use 18000, 23600 and 25000.
 PORT_BASE = int(os.environ.get("TZ_SHARDS_PORT_BASE", "26000"))
@@ -135,23 +135,9 @@ def test_index_that_disagrees_with_the_shards(hf_shards, tmp_path):
         TensorDeserializer(str(bad / "model.safetensors.index.json"), device="cpu")
 
 
-def _server(script, root):
-    if shutil.which("bash") is None:
-        pytest.skip("bash not found")
-    out = subprocess.run(["bash", str(SERVERS / script), "start", str(root), str(PORT_BASE)],
-                         capture_output=True, text=True, timeout=300)
-    if out.returncode == 77:
-        pytest.skip(f"{script}: {out.stderr.strip() or 'not installed'}")
-    if out.returncode != 0:
-        subprocess.run(["bash", str(SERVERS / script), "stop", str(root), str(PORT_BASE)], capture_output=True)
-        pytest.skip(f"{script} could not start a server: {out.stderr.strip()[-500:]}")
-    return lambda: subprocess.run(["bash", str(SERVERS / script), "stop", str(root), str(PORT_BASE)],
-                                  capture_output=True, timeout=120)
-
-
 def test_http_prefix(reference, hf_shards, tmp_path_factory):
     root = tmp_path_factory.mktemp("shards_nginx")
-    stop = _server("nginx.sh", root)
+    stop = servers.start("nginx.sh", root, PORT_BASE)
     try:
         shutil.copytree(hf_shards, root / "nginx" / "www" / "minilm")
         _check(reference, f"http://127.0.0.1:{PORT_BASE + 80}/minilm/")
@@ -171,7 +157,7 @@ def test_s3_prefix_written_by_convert(reference, tmp_path_factory, monkeypatch):
     # the prefix with the endpoint and keys from the environment, as boto3 users set them.
     cli = _cli()
     root = tmp_path_factory.mktemp("shards_rgw")
-    stop = _server("rgw.sh", root)
+    stop = servers.start("rgw.sh", root, PORT_BASE)
     try:
         path = root / "minilm.tensors"
         with TensorSerializer(str(path)) as s:

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+import servers
+
 from tensorizer import stream_io
 from tensorizer.stream_io import CAInfo, CURLStreamFile, RedisStreamFile, open_stream
 
-REPO = Path(__file__).resolve().parents[2]
-SERVERS = REPO / "scripts" / "servers"
 PORT_BASE = 23600  # nginx 23680 / 24043, redis 23979, RGW 24080-24082; CTest uses 18000
 HTTP_PORT, HTTPS_PORT, REDIS_PORT, S3_PORT = PORT_BASE + 80, PORT_BASE + 443, PORT_BASE + 379, PORT_BASE + 480
 S3_KEY, S3_SECRET, S3_BUCKET = "TESTKEY", "TESTSECRET", "tz-test"
@@ -352,20 +352,7 @@ def native():
 
 
 def start_server(script: str, root: Path):
-    if shutil.which("bash") is None:
-        pytest.skip("bash not found")
-    out = subprocess.run(["bash", str(SERVERS / script), "start", str(root), str(PORT_BASE)],
-                         capture_output=True, text=True, timeout=300)
-    if out.returncode == 77:
-        pytest.skip(f"{script}: {out.stderr.strip() or 'not installed'}")
-    if out.returncode != 0:
-        pytest.skip(f"{script} could not start a server: {out.stderr.strip()[-500:]}")
-
-    def stop():
-        subprocess.run(["bash", str(SERVERS / script), "stop", str(root), str(PORT_BASE)], capture_output=True,
-                       timeout=120)
-
-    return stop
+    return servers.start(script, root, PORT_BASE)
 
 
 @pytest.fixture(scope="session")

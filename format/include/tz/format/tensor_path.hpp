@@ -26,6 +26,11 @@ tensor_path plain_path(std::string name);
 // of strings and non-negative integers.
 result<tensor_path> decode_name(std::string_view stored);
 
+// Appends `s` as a JSON string escaped as Python's json.dumps(ensure_ascii=True) does (what
+// tensorizer's names and transformers' index files hold); invalid UTF-8 bytes are escaped as
+// themselves.
+void append_python_json_string(std::string& out, std::string_view s);
+
 // Encodes a path exactly as tensorizer 2.11.1 does (compact JSON, ASCII-only escapes).
 std::string encode_name(const tensor_path& path);
 
