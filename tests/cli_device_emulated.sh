@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `tensorizer load --device` end to end on the host emulation of the CUDA runtime (tensorizer_emulated):
-# whole, filtered, verified, small-ring, encrypted (key file) and O_DIRECT loads report the bytes and
+# whole, filtered, verified, small-ring, encrypted (key file), O_DIRECT and sharded loads report the bytes and
 # tensors a host load reports; a missing device, a corrupt tensor and a wrong key fail with messages
 # naming them. With `http`, the same load comes from nginx (the net_nginx fixture of tests/net.cmake).
 # usage: cli_device_emulated.sh local|http CLI_EMULATED WORKDIR   (http: env TZ_NET_WORKDIR, TZ_NET_PORT_BASE)
@@ -61,6 +61,12 @@ same_as_host "$work/small.json" "$tensors" "$bytes"
 ring=$(field "$work/small.json" ring_bytes); held=$(field "$work/small.json" pinned_max_bytes)
 (( ring < 3 * 1048576 )) || fail "ring of $ring bytes for 2 x 1 MiB slots"
 (( held <= ring )) || fail "$held pinned bytes held, more than the $ring-byte ring"
+
+step "a sharded checkpoint (shards of at most 3MB), small ring, O_DIRECT"
+"$cli" convert "$work/model.tensors" "$work/shards/" --max-shard-size 3MB
+"$cli" load --device cuda:0 --json --slots 2 --slot-mib 1 --direct "$work/shards" > "$work/shards.json"
+same_as_host "$work/shards.json" "$tensors" "$bytes"
+[[ $(field "$work/shards.json" format) == safetensors ]] || fail "the sharded load is not reported as safetensors"
 
 step "filtered"
 name=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tensors"][1]["name"])' \
