@@ -33,6 +33,7 @@ tz_fuzz_harness(tensors_file LIBS tz::format tz::crypto)
 tz_fuzz_harness(tensors_prefix LIBS tz::format tz::crypto)
 tz_fuzz_harness(crypt_info LIBS tz::format tz::crypto)
 tz_fuzz_harness(safetensors LIBS tz::format tz::crypto)
+tz_fuzz_harness(shard_index LIBS tz::format tz::crypto)
 tz_fuzz_harness(s3_xml SOURCES ${tz_net_src}/s3_xml.cpp)
 tz_fuzz_harness(redis_reply SOURCES ${tz_net_src}/redis_reply.cpp LIBS tz::crypto PkgConfig::HIREDIS)
 tz_fuzz_harness(http_response SOURCES ${tz_net_src}/http_response_parse.cpp

@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
-all_harnesses=(tensors_file tensors_prefix crypt_info safetensors s3_xml redis_reply http_response)
+all_harnesses=(tensors_file tensors_prefix crypt_info safetensors shard_index s3_xml redis_reply http_response)
 if [ $# -lt 1 ] || ! [[ $1 =~ ^[0-9]+$ ]]; then
   echo "usage: $0 SECONDS [HARNESS...] (harnesses: ${all_harnesses[*]})" >&2
   exit 2

@@ -5,6 +5,7 @@
 // Usage: make_seeds OUT_DIR (creates OUT_DIR/<harness>/seed-*).
 #include "tz/format/encryption.hpp"
 #include "tz/format/safetensors.hpp"
+#include "tz/format/shard_index.hpp"
 #include "tz/format/writer.hpp"
 
 #include <cstdio>
@@ -152,6 +153,15 @@ void safetensors_seeds() {
   }
 }
 
+void shard_index_seeds() {
+  shard_index index;
+  index.shards = {shard_file_name(0, 2), shard_file_name(1, 2)};
+  index.weight_map = {{"model.embed_tokens.weight", 0}, {"lm_head.weight", 1}, {"layers.0.norm.w\xc3\xa9ight", 0}};
+  index.total_size = 123456;
+  emit("shard_index", "0", unwrap(write_shard_index_json(index)));
+  emit("shard_index", "1", std::string(R"({"metadata":{"total_size":1.0e3},"weight_map":{"a":"x.safetensors","a":"y.safetensors"}})"));
+}
+
 void network_seeds() {
   emit("s3_xml", "error", "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchKey</Code><Message>The "
                           "specified key does not exist.</Message><Key>a/b</Key><RequestId>tx1</RequestId></Error>");
@@ -181,6 +191,7 @@ int main(int argc, char** argv) {
   fs::create_directories(out_dir);
   tensors_seeds();
   safetensors_seeds();
+  shard_index_seeds();
   network_seeds();
   std::printf("make_seeds: seeds written under %s\n", out_dir.c_str());
   return 0;
