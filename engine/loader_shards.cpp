@@ -4,8 +4,6 @@
 #include "tz/loader.hpp"
 #include "tz/wait_group.hpp"
 
-#include <boost/asio/co_spawn.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -83,19 +81,12 @@ class shard_set_source final : public byte_source {
 // Opens every shard's index at once, one coroutine per shard on the workers.
 task<std::vector<result<loader>>> open_each(scheduler& sched, const std::vector<shard_file>& shards) {
   std::vector<result<loader>> out(shards.size(), make_error(errc::io, "not opened"));
-  wait_group group;
-  group.add(shards.size());
-  for (std::size_t i = 0; i < shards.size(); ++i) {
-    auto open_one = [](std::shared_ptr<byte_source> s, result<loader>& slot) -> task<void> {
-      slot = co_await loader::async_open(std::move(s));
-    };
-    boost::asio::co_spawn(sched.worker_executor(static_cast<unsigned>(i % sched.thread_count())),
-                          open_one(shards[i].source, out[i]), [&group, &out, &shards, i](std::exception_ptr e) {
-                            if (e) out[i] = make_error(errc::io, shards[i].source->name() + ": opening failed");
-                            group.done();
-                          });
-  }
-  co_await group.wait();
+  co_await run_on_workers(
+      sched, shards.size(),
+      [&](std::size_t i) -> task<void> { out[i] = co_await loader::async_open(shards[i].source); },
+      [&](std::size_t i, std::exception_ptr) {
+        out[i] = make_error(errc::io, shards[i].source->name() + ": opening failed");
+      });
   co_return out;
 }
 

@@ -39,15 +39,8 @@ error unexpected_failure(const std::string& source, std::exception_ptr e) {
 // have finished. A throwing body fails the load.
 template <class Body>
 task<void> run_on_workers(scheduler& sched, pipeline& p, unsigned count, Body body) {
-  wait_group group;
-  group.add(count);
-  for (unsigned k = 0; k < count; ++k) {
-    boost::asio::co_spawn(sched.worker_executor(k % sched.thread_count()), body(p), [&p, &group](std::exception_ptr e) {
-      if (e) p.fail(unexpected_failure(p.source->name(), e));
-      group.done();
-    });
-  }
-  co_await group.wait();
+  co_await tz::run_on_workers(sched, count, [&p, &body](std::size_t) { return body(p); },
+                              [&p](std::size_t, std::exception_ptr e) { p.fail(unexpected_failure(p.source->name(), e)); });
 }
 
 // Reads and parses one tensor's header (a small read, checked against the index entry).

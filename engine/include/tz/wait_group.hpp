@@ -1,9 +1,13 @@
 // Waiting for a set of spawned tasks: add() before spawning, done() as each finishes, wait() once.
 #pragma once
 
+#include "tz/scheduler.hpp"
 #include "tz/task.hpp"
 
+#include <boost/asio/co_spawn.hpp>
+
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <mutex>
 
@@ -32,5 +36,22 @@ class wait_group {
   std::size_t count_ = 0;
   std::unique_ptr<waiter> waiter_;
 };
+
+// Runs `body(k)` (a task<void>) for k in [0, count) as coroutines spread round-robin over sched's
+// workers; completes when all have finished. A body that throws reports it through
+// on_exception(k, exception_ptr) (on that body's worker) and still counts as finished.
+template <class Body, class OnException>
+task<void> run_on_workers(scheduler& sched, std::size_t count, Body body, OnException on_exception) {
+  wait_group group;
+  group.add(count);
+  for (std::size_t k = 0; k < count; ++k) {
+    boost::asio::co_spawn(sched.worker_executor(static_cast<unsigned>(k % sched.thread_count())), body(k),
+                          [&group, &on_exception, k](std::exception_ptr e) {
+                            if (e) on_exception(k, e);
+                            group.done();
+                          });
+  }
+  co_await group.wait();
+}
 
 }  // namespace tz
