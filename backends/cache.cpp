@@ -3,11 +3,11 @@
 // read is also written into the copy being filled, which is published once the whole object has
 // been read. Trouble with the cache itself (a full disk, a stalled filler) never fails a load: the
 // load goes on from the remote object and status() says why the copy was not used.
-#include "tz/cache.hpp"
+#include "tz/backends/cache.hpp"
 
 #include "cache_store.hpp"
-#include "tz/file_source.hpp"
-#include "tz/posix_io.hpp"
+#include "tz/backends/file_source.hpp"
+#include "tz/base/posix_io.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

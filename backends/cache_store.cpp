@@ -1,8 +1,8 @@
 // The node-local cache's files: layout, locks, atomic publishing and LRU eviction (cache_store.hpp).
 #include "cache_store.hpp"
 
-#include "tz/hash.hpp"
-#include "tz/posix_io.hpp"
+#include "tz/crypto/hash.hpp"
+#include "tz/base/posix_io.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>

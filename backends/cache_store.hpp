@@ -3,8 +3,8 @@
 // cache.cpp; this part knows nothing of sources or coroutines.
 #pragma once
 
-#include "tz/error.hpp"
-#include "tz/unique_fd.hpp"
+#include "tz/base/error.hpp"
+#include "tz/base/unique_fd.hpp"
 
 #include <cstdint>
 #include <string>

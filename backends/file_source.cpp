@@ -1,9 +1,9 @@
 // io_uring file source: spans split into buffered edges and O_DIRECT middles, read by read_fully().
-#include "tz/file_source.hpp"
-#include "tz/posix_io.hpp"
+#include "tz/backends/file_source.hpp"
+#include "tz/base/posix_io.hpp"
 
-#include "tz/read_loop.hpp"
-#include "tz/uring_service.hpp"
+#include "tz/backends/read_loop.hpp"
+#include "tz/backends/uring_service.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/this_coro.hpp>

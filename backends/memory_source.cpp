@@ -1,7 +1,7 @@
 // The fault-injecting in-memory source: each attempt consults the planted faults, then copies.
-#include "tz/memory_source.hpp"
+#include "tz/backends/memory_source.hpp"
 
-#include "tz/read_loop.hpp"
+#include "tz/backends/read_loop.hpp"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/this_coro.hpp>

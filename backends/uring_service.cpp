@@ -1,6 +1,6 @@
 // The per-io_context io_uring ring: submit, reap on the eventfd, resume the waiting handlers.
-#include "tz/uring_service.hpp"
-#include "tz/unique_fd.hpp"
+#include "tz/backends/uring_service.hpp"
+#include "tz/base/unique_fd.hpp"
 
 #include <boost/asio/strand.hpp>
 #include <boost/asio/post.hpp>

@@ -9,7 +9,7 @@
 // Usage: crypto_bench [--smoke] [--threads=N] [size_mib]
 //   --smoke: 8 MiB, 1 run, for CI so it cannot rot; --threads=N: the N of "N threads" (default:
 //   hardware_concurrency), e.g. to measure 2 threads on a bigger machine.
-#include "tz/sodium.hpp"
+#include "tz/crypto/sodium.hpp"
 
 #include <algorithm>
 #include <atomic>

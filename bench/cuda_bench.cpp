@@ -1,7 +1,7 @@
 // Question: what is the pinned host->device copy bandwidth limit, and how many streams and what
 // chunk size reach it? Pinned H2D through tz::cuda::uploader with 1/2/4/8 streams and 8..64 MiB
 // chunks, against pageable H2D measured in the same run. Exits 77 without a GPU.
-#include "tz/cuda.hpp"
+#include "tz/cuda/cuda.hpp"
 
 #include <algorithm>
 #include <chrono>

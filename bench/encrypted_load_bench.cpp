@@ -7,11 +7,10 @@
 // with the limit like for like, the first adds the kernel's zeroing of fresh pages on the same
 // cores. TZ_BENCH_RUNS=N sets the rounds (default 5); TZ_BENCH_DEBUG=1 prints each load's stages.
 // --json FILE (anywhere in the arguments) also writes every run for bench/charts.py (bench_json.hpp).
-#include "tz/file_source.hpp"
+#include "tz/backends/file_source.hpp"
 #include "tz/format/encryption.hpp"
-#include "tz/format/file_reader.hpp"
 #include "tz/format/writer.hpp"
-#include "tz/loader.hpp"
+#include "tz/engine/loader.hpp"
 #include "bench_json.hpp"
 #include "pretouch.hpp"
 

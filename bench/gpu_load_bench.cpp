@@ -10,8 +10,8 @@
 // same reads (pread, or a populated mapping and memcpy) while pinned copies of another buffer go
 // to the device, which shows how much each slows the other on this host's memory.
 // Without --file it writes a synthetic .tensors file. Exits 77 without a GPU.
-#include "tz/device_load.hpp"
-#include "tz/file_source.hpp"
+#include "tz/engine/device_load.hpp"
+#include "tz/backends/file_source.hpp"
 #include "tz/format/writer.hpp"
 
 #include <fcntl.h>

@@ -15,7 +15,7 @@
 //
 // Usage: hash_bench [--smoke] [--runs N] [size_mib]
 //   --smoke: 4 MiB large buffer, 1 run, for CI so it cannot rot.
-#include "tz/hash.hpp"
+#include "tz/crypto/hash.hpp"
 
 #include <openssl/evp.h>
 #include <sodium.h>

@@ -11,7 +11,7 @@
 #pragma once
 
 #include "tz/format/tensorizer.hpp"
-#include "tz/hash.hpp"
+#include "tz/crypto/hash.hpp"
 
 #include <algorithm>
 #include <atomic>

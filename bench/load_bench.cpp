@@ -4,10 +4,10 @@
 // several runs, and prints the ratios. --peers also runs the real tensorizer and safetensors.
 // The verified load is measured against the N-core hashing limit of the same bytes (hash_limit.hpp).
 // --json FILE also writes every run in the common schema (bench_json.hpp) for bench/charts.py.
-#include "tz/file_source.hpp"
+#include "tz/backends/file_source.hpp"
 #include "tz/format/writer.hpp"
-#include "tz/host_memory.hpp"
-#include "tz/loader.hpp"
+#include "tz/engine/host_memory.hpp"
+#include "tz/engine/loader.hpp"
 #include "bench_json.hpp"
 #include "hash_limit.hpp"
 #include "pretouch.hpp"

@@ -2,7 +2,7 @@
 // number of connections? Reads URL [0, size) split over N connections into memory, R times, and
 // runs N parallel ranged curls to /dev/null as the same-run reference.
 // usage: net_bench URL [CONNECTIONS=4] [REPEAT=3] [--ca FILE]
-#include "tz/http_source.hpp"
+#include "tz/backends/http_source.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>

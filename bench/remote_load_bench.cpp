@@ -9,11 +9,11 @@
 //                          [--repeat R] [--range-mib M] [--peer tensorizer_peer.py] [--json FILE]
 // (S3 keys: AWS_ACCESS_KEY_ID/SECRET). --json also writes every run for bench/charts.py (bench_json.hpp).
 #include "bench_json.hpp"
-#include "tz/http_source.hpp"
-#include "tz/loader.hpp"
-#include "tz/redis_source.hpp"
-#include "tz/s3.hpp"
-#include "tz/uri.hpp"
+#include "tz/backends/http_source.hpp"
+#include "tz/engine/loader.hpp"
+#include "tz/backends/redis_source.hpp"
+#include "tz/backends/s3.hpp"
+#include "tz/backends/uri.hpp"
 
 #include <hiredis/hiredis.h>
 #include <sys/resource.h>

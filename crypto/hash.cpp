@@ -1,7 +1,7 @@
 // CRC-32 over ISA-L (its combine over zlib) and SHA-256 over OpenSSL EVP (SHA-NI where present).
 // bench/hash_bench.cpp measured the choices: ISA-L's crc32_gzip_refl about 3x zlib's crc32_z and
 // ahead of libdeflate on large buffers; OpenSSL about 5x libsodium's portable SHA-256.
-#include "tz/hash.hpp"
+#include "tz/crypto/hash.hpp"
 
 #include <isa-l/crc.h>
 #include <openssl/evp.h>

@@ -1,5 +1,5 @@
 // Nonce arithmetic, chunk layout and chunked detached XSalsa20-Poly1305 (format/FORMAT.md §9.3, §9.4).
-#include "tz/sodium.hpp"
+#include "tz/crypto/sodium.hpp"
 
 #include <sodium.h>
 

@@ -1,5 +1,5 @@
 // Argon2id key derivation (crypto_pwhash) and the per-caller cache of derived keys.
-#include "tz/sodium.hpp"
+#include "tz/crypto/sodium.hpp"
 
 #include <sodium.h>
 

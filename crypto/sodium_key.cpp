@@ -1,6 +1,6 @@
 // libsodium initialization, guarded memory, and the secret_key / passphrase types of tz/sodium.hpp.
-#include "tz/sodium.hpp"
-#include "tz/posix_io.hpp"
+#include "tz/crypto/sodium.hpp"
+#include "tz/base/posix_io.hpp"
 
 #include <sodium.h>
 

@@ -1,5 +1,5 @@
 // Parts of the CUDA stage shared by the runtime and null builds: parsing and move-only plumbing.
-#include "tz/cuda.hpp"
+#include "tz/cuda/cuda.hpp"
 
 #include <charconv>
 #include <limits>

@@ -1,7 +1,7 @@
 // Private to the runtime build of cuda/: CUDA error wording and a scoped current-device switch.
 #pragma once
 
-#include "tz/cuda.hpp"
+#include "tz/cuda/cuda.hpp"
 
 #include <cuda_runtime.h>
 

@@ -1,5 +1,5 @@
 // The CUDA stage of a build without nvcc: no devices, and every call says so with errc::no_device.
-#include "tz/cuda.hpp"
+#include "tz/cuda/cuda.hpp"
 
 #include <string>
 

@@ -1,6 +1,6 @@
 // DLPack export: wraps memory we own as a DLManagedTensor that keeps its owner alive until deleted.
-#include "tz/cuda.hpp"
-#include "tz/dlpack.hpp"
+#include "tz/cuda/cuda.hpp"
+#include "tz/cuda/dlpack.hpp"
 
 #include <algorithm>
 #include <limits>

@@ -3,9 +3,9 @@
 // its lease to the ring.
 #include "pipeline.hpp"
 
-#include "tz/device_load.hpp"
-#include "tz/host_memory.hpp"
-#include "tz/wait_group.hpp"
+#include "tz/engine/device_load.hpp"
+#include "tz/engine/host_memory.hpp"
+#include "tz/engine/wait_group.hpp"
 
 #include <algorithm>
 

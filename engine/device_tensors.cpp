@@ -1,5 +1,5 @@
 // The result of a load to device memory: tensor views into one device allocation, DLPack export.
-#include "tz/device_load.hpp"
+#include "tz/engine/device_load.hpp"
 
 #include <string>
 

@@ -1,5 +1,5 @@
 // Anonymous mappings for loader-owned destinations and ring slots, and parallel-friendly pre-faulting.
-#include "tz/host_memory.hpp"
+#include "tz/engine/host_memory.hpp"
 
 #include <sys/mman.h>
 

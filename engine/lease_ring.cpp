@@ -1,7 +1,7 @@
 // The lease ring: slot bookkeeping under one mutex, FIFO waiters resumed on their own executors.
-#include "tz/lease_ring.hpp"
+#include "tz/engine/lease_ring.hpp"
 
-#include "tz/host_memory.hpp"
+#include "tz/engine/host_memory.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/associated_cancellation_slot.hpp>

@@ -1,6 +1,6 @@
 // Planning: pack whole tensors into bounded reads, cut large ones at aligned points, and order
 // the parts of split tensors so that several hash at once.
-#include "tz/load_plan.hpp"
+#include "tz/engine/load_plan.hpp"
 
 #include <algorithm>
 #include <numeric>

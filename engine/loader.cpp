@@ -1,5 +1,5 @@
 // The loader: reading the index (.tensors or safetensors), selecting, planning, laying out memory.
-#include "tz/loader.hpp"
+#include "tz/engine/loader.hpp"
 
 #include "tz/format/safetensors.hpp"
 

@@ -2,7 +2,7 @@
 // staging: loader-owned memory (a mirror of the file's selected stretches) or the caller's spans.
 #include "pipeline.hpp"
 
-#include "tz/host_memory.hpp"
+#include "tz/engine/host_memory.hpp"
 
 #include <algorithm>
 #include <cstring>

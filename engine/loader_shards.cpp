@@ -1,8 +1,8 @@
 // Sharded checkpoints: several safetensors files opened as one loader. Their indexes become one
 // (offsets moved onto one address space, each shard at a 4 KiB boundary) over a source that sends
 // each read to the shard holding those bytes, so plans, pipelines and sinks see a single file.
-#include "tz/loader.hpp"
-#include "tz/wait_group.hpp"
+#include "tz/engine/loader.hpp"
+#include "tz/engine/wait_group.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -2,7 +2,7 @@
 // read them where the sink puts them, check them and hand them to the sink.
 #include "pipeline.hpp"
 
-#include "tz/wait_group.hpp"
+#include "tz/engine/wait_group.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 

@@ -5,12 +5,12 @@
 
 #include "turnstile.hpp"
 
-#include "tz/byte_source.hpp"
-#include "tz/hash.hpp"
-#include "tz/lease_ring.hpp"
-#include "tz/load_plan.hpp"
-#include "tz/loader.hpp"
-#include "tz/scheduler.hpp"
+#include "tz/base/byte_source.hpp"
+#include "tz/crypto/hash.hpp"
+#include "tz/engine/lease_ring.hpp"
+#include "tz/engine/load_plan.hpp"
+#include "tz/engine/loader.hpp"
+#include "tz/engine/scheduler.hpp"
 
 #include <atomic>
 #include <chrono>

@@ -1,5 +1,5 @@
 // Worker threads of the scheduler: one io_context per thread, kept alive by a work guard.
-#include "tz/scheduler.hpp"
+#include "tz/engine/scheduler.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 

@@ -2,7 +2,7 @@
 // file order although their reads complete in any order.
 #pragma once
 
-#include "tz/task.hpp"
+#include "tz/base/task.hpp"
 
 #include <cstdint>
 #include <map>

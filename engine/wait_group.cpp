@@ -1,5 +1,5 @@
 // wait_group: a mutex-protected count and one type-erased waiting handler.
-#include "tz/wait_group.hpp"
+#include "tz/engine/wait_group.hpp"
 
 #include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>

@@ -1,7 +1,7 @@
 // A bounds-checked little-endian reader over a byte span, whose errors name the absolute offset.
 #pragma once
 
-#include "tz/error.hpp"
+#include "tz/base/error.hpp"
 
 #include <cstddef>
 #include <cstdint>

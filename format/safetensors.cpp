@@ -1,6 +1,6 @@
 // safetensors: the dtype table, header parsing and validation, and the file-based index reader.
 #include "tz/format/safetensors.hpp"
-#include "tz/posix_io.hpp"
+#include "tz/base/posix_io.hpp"
 
 // Boost.JSON's implementation is compiled once for the project, in format/json.cpp.
 #include <boost/json.hpp>

@@ -1,6 +1,6 @@
 // safetensors writer: lays a file out as python's save_file does and writes it atomically.
 #include "tz/format/safetensors.hpp"
-#include "tz/posix_io.hpp"
+#include "tz/base/posix_io.hpp"
 
 #include <algorithm>
 #include <numeric>

@@ -1,6 +1,6 @@
 // The .tensors writer: the layout, hashes and version rules of tensorizer 2.11.1 (format/FORMAT.md §10).
 #include "tz/format/writer.hpp"
-#include "tz/posix_io.hpp"
+#include "tz/base/posix_io.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

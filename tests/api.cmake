@@ -1,4 +1,4 @@
-# tests/api.cmake: the installable package (engine/api/): the C++ facade's doctest suite (api_test),
+# tests/api.cmake: the installable package (api/): the C++ facade's doctest suite (api_test),
 # the C ABI's C11 test program (c_api_test), the exported symbol set (api_exports), and an
 # out-of-tree consumer built against `cmake --install` output (install_consumer). Skipped when the
 # package is not built (TZ_BUILD_PACKAGE=OFF, fuzzing builds).

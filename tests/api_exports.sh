@@ -1,5 +1,5 @@
 #!/bin/bash
-# api_exports.sh LIB: libtensorizer.so exports the public API only (engine/api/exports.map): C++
+# api_exports.sh LIB: libtensorizer.so exports the public API only (api/exports.map): C++
 # symbols of namespace tensorizer (and their type information) and the C functions tz_*.
 set -euo pipefail
 lib=$1

@@ -11,7 +11,7 @@
 #include "tz/format/safetensors.hpp"
 #include "tz/format/shard_index.hpp"
 #include "tz/format/writer.hpp"
-#include "tz/sodium.hpp"
+#include "tz/crypto/sodium.hpp"
 
 #include <array>
 #include <cstdint>

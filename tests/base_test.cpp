@@ -1,9 +1,9 @@
 // tz::base: the owning descriptor, the full pread/pwrite loops, os_error, mapped_file, TZ_CO_TRY/TZ_CO_CHECK.
 #include "result_printer.hpp"
-#include "tz/error.hpp"
-#include "tz/posix_io.hpp"
-#include "tz/task.hpp"
-#include "tz/unique_fd.hpp"
+#include "tz/base/error.hpp"
+#include "tz/base/posix_io.hpp"
+#include "tz/base/task.hpp"
+#include "tz/base/unique_fd.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>

@@ -3,10 +3,10 @@
 // LRU eviction, a stalled filler, and several processes loading the same object at once.
 #include "result_printer.hpp"
 #include "test_bytes.hpp"
-#include "tz/cache.hpp"
-#include "tz/memory_source.hpp"
-#include "tz/scheduler.hpp"
-#include "tz/sources.hpp"
+#include "tz/backends/cache.hpp"
+#include "tz/backends/memory_source.hpp"
+#include "tz/engine/scheduler.hpp"
+#include "tz/sources/sources.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // Tests of tz/sodium.hpp: nonces, chunk layout, seal/open round trips and tampering, keys and key
 // files, Argon2id vectors, the key cache, and decryption of the real tensorizer reference file.
-#include "tz/hash.hpp"
-#include "tz/sodium.hpp"
+#include "tz/crypto/hash.hpp"
+#include "tz/crypto/sodium.hpp"
 
 #include <boost/json/src.hpp>  // header-only Boost.JSON, compiled into this one TU
 #include <doctest/doctest.h>

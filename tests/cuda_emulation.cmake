@@ -35,7 +35,11 @@ if(TZ_BUILD_BENCH)
   add_test(NAME gpu_load_bench_emulated_smoke COMMAND gpu_load_bench_emulated --smoke --configs 8x2,2x4:1)
 endif()
 
-# The CLI's `load --device` (tools/CMakeLists.txt builds tensorizer_emulated): local files, and over
+# The CLI on the emulation: `load --device` runs in CI without a GPU.
+add_executable(tensorizer_emulated ${tz_tool_sources})
+target_link_libraries(tensorizer_emulated PRIVATE tz_tooling_objects tz_sources_emulated)
+tz_target_defaults(tensorizer_emulated)
+# Its `load --device`: local files, and over
 # HTTP from nginx (registered in tests/net_cli.cmake, beside the other tests needing its fixture).
 add_test(NAME cli_device_emulated COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli_device_emulated.sh local
          $<TARGET_FILE:tensorizer_emulated> ${CMAKE_BINARY_DIR})

@@ -6,9 +6,9 @@
 // corrupted files (random bytes changed, or cut short) fail on the device path exactly where they
 // fail on the host path, and load the same bytes where they load.
 #include "tz/cuda_emulation.hpp"
-#include "tz/device_load.hpp"
+#include "tz/engine/device_load.hpp"
 #include "tz/format/encryption.hpp"
-#include "tz/memory_source.hpp"
+#include "tz/backends/memory_source.hpp"
 
 #include "float_model.hpp"
 

@@ -1,7 +1,7 @@
 // Tests of the CUDA stage. Suite "host" needs no GPU (run alone as cuda_test_host); suite "gpu"
 // exits 77 (skipped) on a machine without one, after checking that everything says so cleanly.
-#include "tz/cuda.hpp"
-#include "tz/dlpack.hpp"
+#include "tz/cuda/cuda.hpp"
+#include "tz/cuda/dlpack.hpp"
 
 #include <doctest/doctest.h>
 

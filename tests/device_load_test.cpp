@@ -2,13 +2,13 @@
 // cipher-chunk multiples, 256-byte device offsets) and dtype mapping. Suite "gpu" (exit 77 without
 // one): device bytes equal the reference manifests, encrypted files, filtered loads, many small
 // tensors, tensors larger than the whole ring, corrupt data, safetensors and bounded pinned memory.
-#include "tz/device_load.hpp"
-#include "tz/load_plan.hpp"
-#include "tz/file_source.hpp"
+#include "tz/engine/device_load.hpp"
+#include "tz/engine/load_plan.hpp"
+#include "tz/backends/file_source.hpp"
 #include "tz/format/encryption.hpp"
 #include "tz/format/writer.hpp"
-#include "tz/hash.hpp"
-#include "tz/memory_source.hpp"
+#include "tz/crypto/hash.hpp"
+#include "tz/backends/memory_source.hpp"
 
 #include "float_model.hpp"
 #include "reference_vectors.hpp"

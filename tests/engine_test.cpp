@@ -1,10 +1,10 @@
 // Scheduler, lease ring (back-pressure, cancellation, no leaked leases or frames) and byte sources.
 #include "test_bytes.hpp"
-#include "tz/file_source.hpp"
-#include "tz/host_memory.hpp"
-#include "tz/lease_ring.hpp"
-#include "tz/memory_source.hpp"
-#include "tz/scheduler.hpp"
+#include "tz/backends/file_source.hpp"
+#include "tz/engine/host_memory.hpp"
+#include "tz/engine/lease_ring.hpp"
+#include "tz/backends/memory_source.hpp"
+#include "tz/engine/scheduler.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/detached.hpp>

@@ -1,2 +1,2 @@
 # format/ tests (format_test; format_test_reference reads the reference vectors): byte-identical write-back, malformed input, names and dtypes.
-tz_add_doctest(format_test SOURCES format_test.cpp format_malformed_test.cpp LIBS tz::format tz::crypto REFERENCE)
+tz_add_doctest(format_test SOURCES format_test.cpp format_malformed_test.cpp file_reader.cpp LIBS tz::format tz::crypto REFERENCE)

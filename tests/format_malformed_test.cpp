@@ -1,6 +1,6 @@
 // format/ tests: malformed files give clear errors with offsets; the writer's version and safety rules.
 #include "format_test_util.hpp"
-#include "tz/format/file_reader.hpp"
+#include "file_reader.hpp"
 #include "tz/format/writer.hpp"
 
 #include <doctest/doctest.h>

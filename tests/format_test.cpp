@@ -1,8 +1,8 @@
 // format/ tests: the reference files (tests/vectors/make_vectors.py) read, verified and written back byte for byte.
 #include "format_test_util.hpp"
-#include "tz/format/file_reader.hpp"
+#include "file_reader.hpp"
 #include "tz/format/writer.hpp"
-#include "tz/hash.hpp"
+#include "tz/crypto/hash.hpp"
 
 #include <doctest/doctest.h>
 

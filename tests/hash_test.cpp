@@ -1,6 +1,6 @@
 // Tests of tz/hash.hpp: CRC-32 against zlib and known values, crc32_combine over random splits,
 // SHA-256 in random pieces against one-shot and the FIPS 180-2 vectors, hashers on many threads.
-#include "tz/hash.hpp"
+#include "tz/crypto/hash.hpp"
 
 #include <doctest/doctest.h>
 #include <zlib.h>

@@ -1,12 +1,12 @@
 // The loader: bytes equal the reference manifests; filtered, lazy, caller-memory and staged loads;
 // faults surfaced with the source and offset; few large reads rather than one per tensor.
-#include "tz/file_source.hpp"
+#include "tz/backends/file_source.hpp"
 #include "tz/format/encryption.hpp"
 #include "tz/format/safetensors.hpp"
 #include "tz/format/writer.hpp"
-#include "tz/hash.hpp"
-#include "tz/loader.hpp"
-#include "tz/memory_source.hpp"
+#include "tz/crypto/hash.hpp"
+#include "tz/engine/loader.hpp"
+#include "tz/backends/memory_source.hpp"
 
 #include "float_model.hpp"
 #include "reference_vectors.hpp"

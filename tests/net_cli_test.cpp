@@ -3,11 +3,11 @@
 // Suites "http", "s3", "redis" each need their server (CTest fixtures of tests/net.cmake).
 #include "net_test_support.hpp"
 
-#include "tz/file_source.hpp"
-#include "tz/http_source.hpp"
-#include "tz/loader.hpp"
-#include "tz/redis_source.hpp"
-#include "tz/s3.hpp"
+#include "tz/backends/file_source.hpp"
+#include "tz/backends/http_source.hpp"
+#include "tz/engine/loader.hpp"
+#include "tz/backends/redis_source.hpp"
+#include "tz/backends/s3.hpp"
 
 #include <filesystem>
 #include <functional>

@@ -3,8 +3,8 @@
 // time limits of the HTTP and Redis clients (first-byte, stall, give-up limit, deadline).
 #include "net_test_support.hpp"
 
-#include "tz/http_source.hpp"
-#include "tz/redis_source.hpp"
+#include "tz/backends/http_source.hpp"
+#include "tz/backends/redis_source.hpp"
 
 #include <boost/asio.hpp>
 

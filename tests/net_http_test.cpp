@@ -1,7 +1,7 @@
 // net_test suite "http": the HTTP/HTTPS range source against the test nginx (scripts/servers/nginx.sh).
 #include "net_test_support.hpp"
 
-#include "tz/http_source.hpp"
+#include "tz/backends/http_source.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>

@@ -1,7 +1,7 @@
 // net_test suite "redis": the Redis virtual-file sink and source against the test redis-server.
 #include "net_test_support.hpp"
 
-#include "tz/redis_source.hpp"
+#include "tz/backends/redis_source.hpp"
 
 #include <cstring>
 

@@ -2,7 +2,7 @@
 // credential/endpoint resolution).
 #include "net_test_support.hpp"
 
-#include "tz/s3.hpp"
+#include "tz/backends/s3.hpp"
 
 #include <cstring>
 

@@ -2,9 +2,9 @@
 // HTTP/HTTPS, Redis and S3 sources against real servers on loopback (suites http, redis, s3).
 #include <doctest/doctest.h>
 
-#include "tz/hash.hpp"
-#include "tz/sigv4.hpp"
-#include "tz/uri.hpp"
+#include "tz/crypto/hash.hpp"
+#include "tz/backends/sigv4.hpp"
+#include "tz/backends/uri.hpp"
 
 #include <string>
 

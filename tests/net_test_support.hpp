@@ -2,7 +2,7 @@
 // and running a tz::task to completion.
 #pragma once
 
-#include "tz/task.hpp"
+#include "tz/base/task.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // Lets doctest print a tz::result in failed assertions: "ok", or the error kind and message.
 #pragma once
 
-#include "tz/error.hpp"
+#include "tz/base/error.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // safetensors reader/writer: dtype mapping, round trips, layout, atomic writes, malformed headers,
 // and (suite "python") files exchanged with the python safetensors library.
 #include "tz/format/safetensors.hpp"
-#include "tz/hash.hpp"
+#include "tz/crypto/hash.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,11 +1,11 @@
 // Sharded safetensors checkpoints: the index format, opening shards as one loader (from an index,
 // a directory, several files), loads whose reads cross shard boundaries, and every mismatch
 // between the index and the shards reported naming the tensor and both shards.
-#include "tz/checkpoint.hpp"
+#include "tz/sources/checkpoint.hpp"
 #include "tz/format/safetensors.hpp"
 #include "tz/format/shard_index.hpp"
 #include "tz/format/writer.hpp"
-#include "tz/memory_source.hpp"
+#include "tz/backends/memory_source.hpp"
 
 #include <doctest/doctest.h>
 

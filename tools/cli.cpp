@@ -1,7 +1,7 @@
 // Argument parsing, error printing and reading secrets (files or the terminal, never argv), shared
 // by the subcommands.
 #include "cli.hpp"
-#include "tz/unique_fd.hpp"
+#include "tz/base/unique_fd.hpp"
 
 #include <fcntl.h>
 #include <termios.h>

@@ -1,7 +1,7 @@
 // Shared pieces of the tensorizer command-line tool: argument parsing and output helpers.
 #pragma once
 
-#include "tz/error.hpp"
+#include "tz/base/error.hpp"
 #include "tz/format/encryption.hpp"
 
 #include <cstdint>

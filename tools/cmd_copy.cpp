@@ -1,10 +1,10 @@
-// tensorizer copy / synth: writing .tensors files (copies of existing ones, or synthetic models).
+// tensorizer copy: reads every tensor of a model and writes a new .tensors file (adding, removing
+// or changing encryption on the way).
 #include "cli.hpp"
 #include "remote_args.hpp"
 #include "tensor_walk.hpp"
 #include "tz/format/writer.hpp"
 
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -24,53 +24,6 @@ constexpr const char* copy_help =
     "  Adding, removing or changing encryption of an existing file is a copy with these options.\n"
     "  IN may be remote; OUT may be s3://bucket/key (uploaded from a temporary file: PutObject, or\n"
     "  multipart aborted on failure) or redis://host:port/prefix (tensorizer's key layout).\n";
-constexpr const char* synth_help =
-    "usage: tensorizer synth OUT [--size-mib N] [--seed S] [remote options]\n"
-    "  Writes a deterministic transformer-shaped sample model of about N MiB (default 1024):\n"
-    "  bfloat16 projection matrices, float32 norms, a float16 embedding; same N and S, same bytes.\n"
-    "  OUT may be s3://bucket/key or redis://host:port/prefix (written locally, then uploaded).\n";
-
-// splitmix64: a fast deterministic byte generator; float exponents are kept below inf/NaN.
-void fill(std::span<std::byte> out, std::uint64_t seed, std::size_t itemsize) {
-  std::uint64_t s = seed;
-  const std::uint64_t mask = itemsize == 2 ? 0xBFFFBFFFBFFFBFFFull : itemsize == 4 ? 0xBFFFFFFFBFFFFFFFull : ~0ull;
-  std::size_t i = 0;
-  for (; i + 8 <= out.size(); i += 8) {
-    std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z = (z ^ (z >> 31)) & mask;
-    std::memcpy(out.data() + i, &z, 8);
-  }
-  for (; i < out.size(); ++i) out[i] = static_cast<std::byte>(i * 131 + seed);
-}
-
-struct synth_tensor {
-  std::string name;
-  const char* torch;
-  std::vector<std::uint64_t> shape;
-};
-
-std::vector<synth_tensor> synth_plan(std::uint64_t size_bytes) {
-  const std::uint64_t hidden = size_bytes >= (256ull << 20) ? 2048 : 256;
-  const std::uint64_t mlp = hidden * 11 / 4, vocab = hidden * 8;
-  std::vector<synth_tensor> plan{{"model.embed_tokens.weight", "torch.float16", {vocab, hidden}}};
-  std::uint64_t total = vocab * hidden * 2;
-  for (int layer = 0; total < size_bytes; ++layer) {
-    const std::string p = "model.layers." + std::to_string(layer) + ".";
-    for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj"})
-      plan.push_back({p + "self_attn." + m + ".weight", "torch.bfloat16", {hidden, hidden}});
-    plan.push_back({p + "mlp.gate_proj.weight", "torch.bfloat16", {mlp, hidden}});
-    plan.push_back({p + "mlp.up_proj.weight", "torch.bfloat16", {mlp, hidden}});
-    plan.push_back({p + "mlp.down_proj.weight", "torch.bfloat16", {hidden, mlp}});
-    plan.push_back({p + "input_layernorm.weight", "torch.float32", {hidden}});
-    plan.push_back({p + "post_attention_layernorm.weight", "torch.float32", {hidden}});
-    total += 4 * hidden * hidden * 2 + 3 * mlp * hidden * 2 + 2 * hidden * 4;
-  }
-  plan.push_back({"model.norm.weight", "torch.float32", {hidden}});
-  return plan;
-}
-
 result<std::unique_ptr<format::tensorizer_encryptor>> encryptor_from(const cli::args& a) {
   if (auto f = a.get("--encrypt-key-file")) {
     TZ_TRY(key, crypto::secret_key::load_file(*f));
@@ -119,45 +72,5 @@ int cmd_copy(int argc, char** argv) {
   if (!r) return cli::fail("copy", r.error());
   if (auto c = writer->close(); !c) return cli::fail("copy", c.error());
   if (auto p = target->publish(sched); !p) return cli::fail("copy", p.error());
-  return 0;
-}
-
-int cmd_synth(int argc, char** argv) {
-  const std::string help = std::string(synth_help) + cli::remote_help;
-  auto a = cli::parse(argc, argv, 2, cli::with_remote_valued({"--size-mib", "--seed"}), cli::with_remote_flags({"--help"}));
-  if (!a) return cli::usage_error("synth", a.error().message, help.c_str());
-  if (a->has("--help")) return std::printf("%s", help.c_str()), 0;
-  if (a->positional.size() != 1) return cli::usage_error("synth", "expected OUT", help.c_str());
-  auto remote = cli::remote_options_from(*a);
-  if (!remote) return cli::fail("synth", remote.error());
-  auto target = tz::output_target::create(a->positional[0], *remote);
-  if (!target) return cli::fail("synth", target.error());
-  auto size_mib = cli::to_uint("--size-mib", a->get("--size-mib").value_or("1024"));
-  auto seed = cli::to_uint("--seed", a->get("--seed").value_or("1"));
-  if (!size_mib) return cli::fail("synth", size_mib.error());
-  if (!seed) return cli::fail("synth", seed.error());
-  auto writer = format::tensor_writer::create(target->path());
-  if (!writer) return cli::fail("synth", writer.error());
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::byte> data;
-  std::uint64_t total = 0, n = 0;
-  for (const auto& t : synth_plan(*size_mib << 20)) {
-    auto dtype = format::dtype_from_torch(t.torch);
-    std::uint64_t count = 1;
-    for (auto d : t.shape) count *= d;
-    data.resize(count * dtype->itemsize);
-    fill(data, *seed * 1000003 + n++, dtype->itemsize);
-    auto w = writer->write({format::plain_path(t.name), format::tensor_type::param, 0, *dtype, t.shape, data, false});
-    if (!w) return cli::fail("synth", w.error());
-    total += data.size();
-  }
-  if (auto c = writer->close(); !c) return cli::fail("synth", c.error());
-  if (target->path() != a->positional[0]) {
-    tz::scheduler sched;
-    if (auto p = target->publish(sched); !p) return cli::fail("synth", p.error());
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("wrote %s: %llu tensors, %.1f MiB of data in %.2f s\n", a->positional[0].c_str(),
-              static_cast<unsigned long long>(n), total / 1048576.0, s);
   return 0;
 }

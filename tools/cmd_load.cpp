@@ -3,7 +3,7 @@
 #include "load_report.hpp"
 #include "remote_args.hpp"
 
-#include "tz/checkpoint.hpp"
+#include "tz/sources/checkpoint.hpp"
 
 #include <unistd.h>
 

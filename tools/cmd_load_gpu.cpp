@@ -4,8 +4,8 @@
 #include "load_report.hpp"
 #include "remote_args.hpp"
 
-#include "tz/device_load.hpp"
-#include "tz/checkpoint.hpp"
+#include "tz/engine/device_load.hpp"
+#include "tz/sources/checkpoint.hpp"
 
 #include <cstdio>
 #include <sstream>

@@ -5,8 +5,8 @@
 #include "tz/format/encryption.hpp"
 #include "tz/format/safetensors.hpp"
 #include "tz/format/writer.hpp"
-#include "tz/loader.hpp"
-#include "tz/sources.hpp"
+#include "tz/engine/loader.hpp"
+#include "tz/sources/sources.hpp"
 
 #include <boost/json.hpp>  // compiled once, in tz::format (format/json.cpp)
 

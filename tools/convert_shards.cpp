@@ -3,8 +3,8 @@
 #include "convert.hpp"
 
 #include "tz/format/shard_index.hpp"
-#include "tz/posix_io.hpp"
-#include "tz/uri.hpp"
+#include "tz/base/posix_io.hpp"
+#include "tz/backends/uri.hpp"
 
 #include <filesystem>
 

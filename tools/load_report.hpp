@@ -1,7 +1,7 @@
 // The one report of `tensorizer load`, host or device: the same bytes over the same interval.
 #pragma once
 
-#include "tz/loader.hpp"
+#include "tz/engine/loader.hpp"
 
 #include <cstdint>
 #include <string>

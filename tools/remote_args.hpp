@@ -2,7 +2,7 @@
 #pragma once
 
 #include "cli.hpp"
-#include "tz/sources.hpp"
+#include "tz/sources/sources.hpp"
 
 #include <string>
 #include <vector>

@@ -1,5 +1,6 @@
 // The CLI's tensor walk: batches of whole tensors loaded through the same pipeline as `load`.
 #include "tensor_walk.hpp"
+#include "remote_args.hpp"
 
 #include <algorithm>
 #include <numeric>
@@ -56,5 +57,12 @@ format::tensor_write as_write(const format::tensor_entry& e, const format::tenso
 result<loader> open_loader(scheduler& sched, std::span<const std::string> inputs, const remote_options& remote) {
   return open_checkpoint(sched, inputs, {remote, false});
 }
+
+result<loader> open_model(scheduler& sched, const args& a) {
+  TZ_TRY(remote, remote_options_from(a));
+  return open_loader(sched, a.positional, remote);
+}
+
+std::string help_of(const char* own) { return std::string(own) + model_help + remote_help; }
 
 }  // namespace tz::cli

@@ -3,11 +3,12 @@
 // hashes checked, .tensors headers kept.
 #pragma once
 
+#include "cli.hpp"
 #include "tz/format/encryption.hpp"
 #include "tz/format/writer.hpp"
-#include "tz/loader.hpp"
-#include "tz/scheduler.hpp"
-#include "tz/checkpoint.hpp"
+#include "tz/engine/loader.hpp"
+#include "tz/engine/scheduler.hpp"
+#include "tz/sources/checkpoint.hpp"
 
 #include <functional>
 #include <optional>
@@ -41,5 +42,11 @@ format::tensor_write as_write(const format::tensor_entry& e, const format::tenso
 // Opens the command's model inputs (tz::open_checkpoint: a FILE or URI, an index, a directory, a
 // prefix, several files) as a loader on `sched`.
 result<loader> open_loader(scheduler& sched, std::span<const std::string> inputs, const remote_options& remote);
+
+// Reads the remote options of `a` and opens its positionals as the model (inspect, hash, verify).
+result<loader> open_model(scheduler& sched, const args& a);
+
+// A command's usage text followed by the MODEL and FILE-or-URI options every command shares.
+std::string help_of(const char* own);
 
 }  // namespace tz::cli

@@ -2,9 +2,9 @@
 // exchange, and response bodies streamed straight into a caller's scatter list. No Beast types here.
 #pragma once
 
-#include "tz/byte_source.hpp"
-#include "tz/error.hpp"
-#include "tz/task.hpp"
+#include "tz/base/byte_source.hpp"
+#include "tz/base/error.hpp"
+#include "tz/base/task.hpp"
 
 #include <chrono>
 #include <cstdint>

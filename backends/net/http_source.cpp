@@ -1,8 +1,8 @@
 // open_http_source: an http(s):// URL as a ranged_source without request signing.
-#include "tz/http_source.hpp"
+#include "tz/backends/http_source.hpp"
 
 #include "ranged_source.hpp"
-#include "tz/uri.hpp"
+#include "tz/backends/uri.hpp"
 
 namespace tz {
 

@@ -1,8 +1,8 @@
 // Runs a set of deferred coroutine operations concurrently and joins their tz::result<void>s.
 #pragma once
 
-#include "tz/error.hpp"
-#include "tz/task.hpp"
+#include "tz/base/error.hpp"
+#include "tz/base/task.hpp"
 
 #include <boost/asio/experimental/parallel_group.hpp>
 

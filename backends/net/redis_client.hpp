@@ -2,10 +2,10 @@
 // a small connection pool, and running blocking work off the caller's event loop.
 #pragma once
 
-#include "tz/error.hpp"
-#include "tz/http_source.hpp"
-#include "tz/redis_source.hpp"
-#include "tz/task.hpp"
+#include "tz/base/error.hpp"
+#include "tz/backends/http_source.hpp"
+#include "tz/backends/redis_source.hpp"
+#include "tz/base/task.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/thread_pool.hpp>

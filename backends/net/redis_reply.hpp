@@ -2,7 +2,7 @@
 // reader guard that bounds what a hostile reply may make hiredis allocate. No I/O here.
 #pragma once
 
-#include "tz/error.hpp"
+#include "tz/base/error.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,11 +1,11 @@
 // Redis byte source and virtual-file sink (format/FORMAT.md §13) on blocking hiredis worker threads.
-#include "tz/redis_source.hpp"
+#include "tz/backends/redis_source.hpp"
 
 #include "redis_client.hpp"
 #include "redis_reply.hpp"
 #include "parallel.hpp"
 #include "scatter.hpp"
-#include "tz/uri.hpp"
+#include "tz/backends/uri.hpp"
 
 #include <hiredis/hiredis.h>
 

@@ -5,7 +5,7 @@
 // its own; the caller waits for it until the deadline and, past it, leaves it to finish alone.
 #pragma once
 
-#include "tz/error.hpp"
+#include "tz/base/error.hpp"
 
 #include <chrono>
 #include <memory>

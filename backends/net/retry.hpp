@@ -2,9 +2,9 @@
 // and the clock that bounds a request's attempts in time (give_up_after, deadline).
 #pragma once
 
-#include "tz/error.hpp"
-#include "tz/http_source.hpp"
-#include "tz/task.hpp"
+#include "tz/base/error.hpp"
+#include "tz/backends/http_source.hpp"
+#include "tz/base/task.hpp"
 
 #include <chrono>
 #include <string>

@@ -1,5 +1,5 @@
 // S3 credential, endpoint and region resolution (format/FORMAT.md §12.1 plus the AWS environment chain).
-#include "tz/s3.hpp"
+#include "tz/backends/s3.hpp"
 
 #include <cstdlib>
 #include <fstream>

@@ -1,7 +1,7 @@
 // S3 request plumbing: endpoint/bucket addressing, SigV4 signing hook, XML error decoding.
 #include "s3_request.hpp"
 
-#include "tz/uri.hpp"
+#include "tz/backends/uri.hpp"
 
 #include <ctime>
 

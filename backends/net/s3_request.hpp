@@ -4,7 +4,7 @@
 
 #include "ranged_source.hpp"
 #include "s3_xml.hpp"
-#include "tz/s3.hpp"
+#include "tz/backends/s3.hpp"
 
 namespace tz::net {
 

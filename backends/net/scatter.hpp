@@ -1,7 +1,7 @@
 // Helpers for walking a tz::scatter_list: sub-ranges, copying in, and the next spans to fill.
 #pragma once
 
-#include "tz/byte_source.hpp"
+#include "tz/base/byte_source.hpp"
 
 #include <algorithm>
 #include <cstring>

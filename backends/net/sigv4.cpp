@@ -1,7 +1,7 @@
 // AWS Signature Version 4 signing with OpenSSL HMAC-SHA256 / SHA-256 (see tz/sigv4.hpp).
-#include "tz/sigv4.hpp"
+#include "tz/backends/sigv4.hpp"
 
-#include "tz/hash.hpp"
+#include "tz/crypto/hash.hpp"
 
 #include <openssl/evp.h>
 #include <openssl/hmac.h>

@@ -1,5 +1,5 @@
 // Parsing of http(s)://, s3:// and redis:// URIs (see tz/uri.hpp).
-#include "tz/uri.hpp"
+#include "tz/backends/uri.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -1,9 +1,9 @@
 // Shared pieces of the tensorizer._C extension: the process scheduler, error translation, options.
 #pragma once
 
-#include "tz/error.hpp"
-#include "tz/scheduler.hpp"
-#include "tz/sources.hpp"
+#include "tz/base/error.hpp"
+#include "tz/engine/scheduler.hpp"
+#include "tz/sources/sources.hpp"
 
 #include <pybind11/pybind11.h>
 

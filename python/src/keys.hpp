@@ -2,7 +2,7 @@
 #pragma once
 
 #include "tz/format/encryption.hpp"
-#include "tz/sodium.hpp"
+#include "tz/crypto/sodium.hpp"
 
 #include <memory>
 #include <optional>

@@ -1,7 +1,7 @@
 // tensorizer._C: the module definition, error translation, the shared scheduler and remote options.
 #include "common.hpp"
 
-#include "tz/cuda.hpp"
+#include "tz/cuda/cuda.hpp"
 
 #include <pybind11/stl.h>
 

@@ -2,11 +2,11 @@
 #include "keys.hpp"
 #include "source.hpp"
 
-#include "tz/checkpoint.hpp"
-#include "tz/cuda.hpp"
-#include "tz/device_load.hpp"
+#include "tz/sources/checkpoint.hpp"
+#include "tz/cuda/cuda.hpp"
+#include "tz/engine/device_load.hpp"
 #include "tz/format/tensor_path.hpp"
-#include "tz/loader.hpp"
+#include "tz/engine/loader.hpp"
 
 #include <pybind11/stl.h>
 

@@ -1,9 +1,9 @@
 // _C.Source: opening paths and URIs, exact ranged reads with the GIL released.
 #include "source.hpp"
 
-#include "tz/file_source.hpp"
-#include "tz/memory_source.hpp"
-#include "tz/uri.hpp"
+#include "tz/backends/file_source.hpp"
+#include "tz/backends/memory_source.hpp"
+#include "tz/backends/uri.hpp"
 
 #include <cstring>
 

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "common.hpp"
-#include "tz/byte_source.hpp"
+#include "tz/base/byte_source.hpp"
 
 #include <memory>
 #include <mutex>

@@ -5,7 +5,7 @@
 #include "tz/format/dtype.hpp"
 #include "tz/format/tensor_path.hpp"
 #include "tz/format/writer.hpp"
-#include "tz/uri.hpp"
+#include "tz/backends/uri.hpp"
 
 #include <pybind11/stl.h>
 

@@ -1,8 +1,8 @@
 // The README's embedding example, compiled with the build so it cannot rot: open a .tensors (or
 // safetensors) file, list its tensors, load a filtered subset into host memory, read one tensor.
-#include "tz/file_source.hpp"
-#include "tz/loader.hpp"
-#include "tz/scheduler.hpp"
+#include "tz/backends/file_source.hpp"
+#include "tz/engine/loader.hpp"
+#include "tz/engine/scheduler.hpp"
 
 #include <cstdio>
 

@@ -1,7 +1,7 @@
 // dtype strings of the .tensors format (numpy "<f4", opaque "<V2\0torch.bfloat16") and their sizes.
 #pragma once
 
-#include "tz/error.hpp"
+#include "tz/base/error.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -4,7 +4,7 @@
 
 #include "tz/format/tensorizer.hpp"
 #include "tz/format/writer.hpp"
-#include "tz/sodium.hpp"
+#include "tz/crypto/sodium.hpp"
 
 #include <memory>
 #include <optional>

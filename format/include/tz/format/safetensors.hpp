@@ -1,7 +1,7 @@
 // safetensors: header parsing and validation, dtype mapping to .tensors dtypes, and an atomic writer.
 #pragma once
 
-#include "tz/error.hpp"
+#include "tz/base/error.hpp"
 #include "tz/format/dtype.hpp"
 
 #include <cstddef>

@@ -3,7 +3,7 @@
 // and written, and the shard file names Hugging Face gives (model-00001-of-00003.safetensors).
 #pragma once
 
-#include "tz/error.hpp"
+#include "tz/base/error.hpp"
 
 #include <cstddef>
 #include <cstdint>

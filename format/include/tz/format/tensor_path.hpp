@@ -1,7 +1,7 @@
 // Tensor names: plain UTF-8 or 0x1E + compact JSON array (format/FORMAT.md §5.1), decoded into paths.
 #pragma once
 
-#include "tz/error.hpp"
+#include "tz/base/error.hpp"
 
 #include <cstdint>
 #include <string>

@@ -2,10 +2,10 @@
 // Pure functions on bytes: no I/O here, so every byte source and the engine can use them.
 #pragma once
 
-#include "tz/error.hpp"
+#include "tz/base/error.hpp"
 #include "tz/format/dtype.hpp"
 #include "tz/format/tensor_path.hpp"
-#include "tz/hash.hpp"
+#include "tz/crypto/hash.hpp"
 
 #include <array>
 #include <cstddef>

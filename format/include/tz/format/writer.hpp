@@ -1,7 +1,7 @@
 // Writes .tensors files byte-identical to tensorizer 2.11.1 for the same tensors in the same order.
 #pragma once
 
-#include "tz/error.hpp"
+#include "tz/base/error.hpp"
 #include "tz/format/tensorizer.hpp"
 
 #include <cstddef>

@@ -1,0 +1,182 @@
+// tensorizer::model: the public facade over tz::open_any, tz::loader and tz::load_to_device. Every
+// call converts the engine's errors and exceptions to public error values.
+#include "api_detail.hpp"
+
+#include "tz/sources/checkpoint.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace tensorizer {
+
+namespace {
+
+using detail::from_tz;
+
+// Positions of `names` in the model's index (file order kept by the engine); errc::not_found for an
+// unknown name and errc::invalid_argument for one given twice, both naming the source.
+result<std::vector<std::size_t>> resolve(const model::impl& m, const std::vector<std::string>& names) {
+  std::vector<std::size_t> out;
+  std::unordered_set<std::size_t> seen;
+  for (const auto& name : names) {
+    auto i = m.opened->find(name);
+    if (!i) return error{errc::not_found, m.name + ": no tensor named '" + name + "'"};
+    if (!seen.insert(*i).second)
+      return error{errc::invalid_argument, m.name + ": tensor '" + name + "' is named twice"};
+    out.push_back(*i);
+  }
+  return out;
+}
+
+std::vector<std::size_t> all_indices(const model::impl& m) {
+  std::vector<std::size_t> out(m.infos->size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = i;
+  return out;
+}
+
+// Wraps a host load's memory; positions map back to model indices through the entries' addresses
+// (loaded_tensors keeps index order and points into the model's index).
+host_tensors::impl make_host(const model::impl& m, tz::loaded_tensors loaded) {
+  host_tensors::impl h{m.infos, {}, std::move(loaded), {}};
+  h.timings = detail::timings_of(h.loaded.timings());
+  const auto* base = m.opened->index().tensors.data();
+  for (std::size_t i = 0; i < h.loaded.size(); ++i)
+    h.indices.push_back(static_cast<std::size_t>(&h.loaded.entry(i) - base));
+  return h;
+}
+
+load_timings add(load_timings a, const load_timings& b) {
+  a.prepare_s += b.prepare_s, a.transfer_s += b.transfer_s, a.total_s += b.total_s, a.read_s += b.read_s;
+  a.verify_s += b.verify_s, a.decrypt_s += b.decrypt_s, a.upload_s += b.upload_s, a.wait_s += b.wait_s;
+  return a;
+}
+
+// verify()'s reused buffer: up to this much per batch, or the largest tensor when that is larger.
+constexpr std::uint64_t verify_batch_bytes = 256ull << 20;
+
+}  // namespace
+
+result<model> model::open(const std::string& path_or_uri, const options& opts) {
+  return detail::guarded(path_or_uri, [&]() -> result<model> {
+    auto remote = detail::remote_options_from(opts);
+    if (!remote) return from_tz(remote.error());
+    auto m = std::make_shared<impl>();
+    m->name = path_or_uri;
+    m->opts = opts;
+    m->sched = detail::scheduler_for(opts.threads);
+    auto opened = tz::open_checkpoint(*m->sched, std::span(&path_or_uri, 1), {*remote, false});
+    if (!opened) return from_tz(opened.error());
+    m->source = opened->shared_source();
+    m->opened.emplace(std::move(*opened));
+    auto infos = std::make_shared<std::vector<tensor_info>>();
+    for (const auto& e : m->opened->index().tensors) infos->push_back(detail::info_of(e));
+    m->infos = std::move(infos);
+    return model(std::move(m));
+  });
+}
+
+const std::string& model::source_name() const noexcept { return p_->name; }
+std::string model::cache_status() const { return tz::cache_status(*p_->opened); }
+bool model::is_safetensors() const noexcept { return p_->opened->kind() == tz::file_kind::safetensors; }
+bool model::encrypted() const noexcept { return p_->opened->index().header.has_crypt_info(); }
+double model::open_seconds() const noexcept { return p_->opened->open_seconds(); }
+const std::vector<tensor_info>& model::tensors() const noexcept { return *p_->infos; }
+std::optional<std::size_t> model::find(std::string_view name) const noexcept { return p_->opened->find(name); }
+
+result<host_tensors> model::load(const std::vector<std::string>& names) const {
+  return detail::guarded(p_->name, [&]() -> result<host_tensors> {
+    auto which = resolve(*p_, names);
+    if (!which) return which.error();
+    auto l = *p_->opened;  // a copy shares the index and source; loads on copies run concurrently
+    auto loaded = l.load(*p_->sched, std::move(*which), detail::load_options_from(p_->opts));
+    if (!loaded) return from_tz(loaded.error());
+    return host_tensors(std::make_unique<host_tensors::impl>(make_host(*p_, std::move(*loaded))));
+  });
+}
+
+result<host_tensors> model::load_one(std::string_view name) const {
+  return detail::guarded(p_->name, [&]() -> result<host_tensors> {
+    auto which = resolve(*p_, {std::string(name)});
+    if (!which) return which.error();
+    auto l = *p_->opened;
+    auto loaded = tz::run(*p_->sched, l.async_load_tensor(*p_->sched, which->front(), detail::load_options_from(p_->opts)));
+    if (!loaded) return from_tz(loaded.error());
+    return host_tensors(std::make_unique<host_tensors::impl>(make_host(*p_, std::move(*loaded))));
+  });
+}
+
+result<load_timings> model::load_into(const std::vector<destination>& dst) const {
+  return detail::guarded(p_->name, [&]() -> result<load_timings> {
+    std::vector<std::string> names;
+    for (const auto& d : dst) names.push_back(d.name);
+    auto which = resolve(*p_, names);
+    if (!which) return which.error();
+    std::vector<tz::tensor_destination> to;
+    for (std::size_t i = 0; i < dst.size(); ++i) to.push_back({(*which)[i], dst[i].bytes});
+    auto l = *p_->opened;
+    auto t = l.load_into(*p_->sched, std::move(to), detail::load_options_from(p_->opts));
+    if (!t) return from_tz(t.error());
+    return detail::timings_of(*t);
+  });
+}
+
+result<device_tensors> model::load_to_device(int device, const std::vector<std::string>& names) const {
+  return detail::guarded(p_->name, [&]() -> result<device_tensors> {
+    auto which = resolve(*p_, names);
+    if (!which) return which.error();
+    auto up = tz::cuda::uploader::create(device);
+    if (!up) return from_tz(up.error());
+    tz::device_load_options o;
+    static_cast<tz::load_options&>(o) = detail::load_options_from(p_->opts);  // the ring keeps its defaults
+    auto loaded = tz::load_to_device(*p_->sched, *up, *p_->opened, p_->source, *which, o);
+    if (!loaded) return from_tz(loaded.error());
+    // Device loads keep file order, which is index order.
+    auto indices = names.empty() ? all_indices(*p_) : std::move(*which);
+    std::sort(indices.begin(), indices.end());
+    const auto t = detail::timings_of(loaded->timings());
+    return device_tensors(std::make_unique<device_tensors::impl>(
+        device_tensors::impl{p_->infos, std::move(indices), std::move(*loaded), t}));
+  });
+}
+
+result<load_timings> model::verify(const std::vector<std::string>& names) const {
+  return detail::guarded(p_->name, [&]() -> result<load_timings> {
+    auto which = resolve(*p_, names);
+    if (!which) return which.error();
+    if (names.empty()) which = all_indices(*p_);
+    std::sort(which->begin(), which->end());
+    std::uint64_t largest = 0, total = 0;
+    for (auto i : *which) largest = std::max(largest, (*p_->infos)[i].size_bytes), total += (*p_->infos)[i].size_bytes;
+    const auto cap = std::max(verify_batch_bytes, largest);
+    std::vector<std::byte> buffer(std::min(cap, total));
+    auto base = detail::load_options_from(p_->opts);
+    base.verify = true;
+    load_timings sum;
+    sum.open_s = p_->opened->open_seconds();
+    std::uint64_t done = 0;
+    std::size_t tensors_done = 0;
+    for (const auto& batch : tz::batches_by_bytes(p_->opened->index(), *which, cap)) {
+      std::vector<tz::tensor_destination> to;
+      std::uint64_t at = 0;
+      for (auto i : batch) {
+        const auto n = (*p_->infos)[i].size_bytes;
+        to.push_back({i, std::span<std::byte>(buffer).subspan(at, n)});
+        at += n;
+      }
+      auto o = base;
+      if (base.on_progress)  // one progress for the whole check: bytes as the tensors' sizes
+        o.on_progress = [&, inner = base.on_progress, at](const tz::load_progress& p) {
+          const auto part = p.bytes_total ? at * p.bytes_done / p.bytes_total : at;
+          inner({done + part, total, tensors_done + p.tensors_done, which->size()});
+        };
+      auto l = *p_->opened;
+      auto t = l.load_into(*p_->sched, std::move(to), std::move(o));
+      if (!t) return from_tz(t.error());
+      sum = add(sum, detail::timings_of(*t));
+      done += at, tensors_done += batch.size();
+    }
+    return sum;
+  });
+}
+
+}  // namespace tensorizer

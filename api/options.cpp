@@ -1,0 +1,130 @@
+// The public API's settings: version, error names, decryption keys, options -> the engine's remote
+// and load options, and the scheduler a model runs on.
+#include "api_detail.hpp"
+
+#include "tz/crypto/sodium.hpp"
+
+#include <stdexcept>
+
+namespace tensorizer {
+
+// The public codes are the engine's, number for number (the C ABI documents them).
+static_assert(static_cast<int>(errc::io) == static_cast<int>(tz::errc::io));
+static_assert(static_cast<int>(errc::cancelled) == static_cast<int>(tz::errc::cancelled));
+
+version_info version() noexcept {
+  return {TENSORIZER_VERSION_MAJOR, TENSORIZER_VERSION_MINOR, TENSORIZER_VERSION_PATCH, TENSORIZER_VERSION_STRING};
+}
+
+const char* errc_name(errc code) noexcept {
+  if (code == errc::internal) return "internal";
+  const int n = static_cast<int>(code);
+  if (n < static_cast<int>(errc::io) || n > static_cast<int>(errc::cancelled)) return "unknown";
+  return tz::errc_name(static_cast<tz::errc>(n));
+}
+
+result<decryption_key> decryption_key::from_key(std::span<const std::uint8_t> key) {
+  return detail::guarded("decryption key", [&]() -> result<decryption_key> {
+    auto k = tz::crypto::secret_key::from_bytes(key);
+    if (!k) return detail::from_tz(k.error());
+    decryption_key out;
+    out.state = std::make_shared<const impl>(impl{tz::format::decryption::from_key(std::move(*k))});
+    return out;
+  });
+}
+
+result<decryption_key> decryption_key::from_passphrase(std::string_view passphrase) {
+  return detail::guarded("decryption passphrase", [&]() -> result<decryption_key> {
+    auto p = tz::crypto::passphrase::from_string(passphrase);
+    if (!p) return detail::from_tz(p.error());
+    decryption_key out;
+    out.state = std::make_shared<const impl>(impl{tz::format::decryption::from_passphrase(std::move(*p))});
+    return out;
+  });
+}
+
+namespace detail {
+
+error from_exception(std::string_view where, std::exception_ptr e) {
+  std::string what = "unknown exception";
+  try {
+    std::rethrow_exception(std::move(e));
+  } catch (const std::bad_alloc&) {
+    what = "out of memory";
+  } catch (const std::exception& x) {
+    what = x.what();
+  } catch (...) {
+  }
+  return error{errc::internal, std::string(where) + ": " + what};
+}
+
+std::shared_ptr<tz::scheduler> scheduler_for(unsigned threads) {
+  // threads == 0: the process's shared one (tz::shared_scheduler says why one).
+  return threads != 0 ? std::make_shared<tz::scheduler>(threads) : tz::shared_scheduler();
+}
+
+tz::result<tz::remote_options> remote_options_from(const options& o) {
+  tz::remote_options r;
+  const std::pair<const char*, const std::optional<double>*> limits[] = {
+      {"connect_timeout", &o.connect_timeout_s}, {"first_byte_timeout", &o.first_byte_timeout_s},
+      {"stall_timeout", &o.stall_timeout_s},     {"give_up_after", &o.give_up_after_s},
+      {"deadline", &o.deadline_s}};
+  for (const auto& [name, value] : limits)
+    if (*value) TZ_CHECK(tz::set_time_limit(r, name, **value));
+  r.http.ca_file = o.ca_file;
+  r.http.verify_peer = o.verify_tls;
+  if (o.connections > 256)
+    return tz::make_error(tz::errc::invalid_argument,
+                          "options.connections expects 1..256 (0: default), got " + std::to_string(o.connections));
+  if (o.connections != 0) {
+    r.http.connections = r.redis.connections = r.s3.upload_concurrency = o.connections;
+  }
+  r.s3.http = r.http;  // TLS, time limits and connections apply to S3 as well
+  r.s3.endpoint = o.s3_endpoint;
+  // Given by the embedder, an http:// endpoint is an explicit choice (as the CLI's --s3-endpoint).
+  r.s3.force_http = o.s3_endpoint.rfind("http://", 0) == 0;
+  r.s3.region = o.s3_region;
+  r.s3.access_key_id = o.s3_access_key_id;
+  r.s3.secret_access_key = o.s3_secret_access_key;
+  r.s3.session_token = o.s3_session_token;
+  r.s3.s3_config_path = o.s3_config_path;
+  r.s3.virtual_host_style = o.s3_virtual_host;
+  // As the CLI and Python: TENSORIZER_CACHE_DIR / _MAX_SIZE unless the options say otherwise.
+  TZ_TRY(cache, tz::cache_options_from_env());
+  r.cache = std::move(cache);
+  if (!o.cache_dir.empty()) r.cache.dir = o.cache_dir;
+  if (o.cache_max_bytes != 0) r.cache.max_bytes = o.cache_max_bytes;
+  return r;
+}
+
+tz::load_options load_options_from(const options& o) {
+  tz::load_options l;
+  l.readers = o.readers;
+  l.verify = o.verify;
+  if (o.decryption && o.decryption->state) l.decryption = o.decryption->state->decryption;
+  if (o.on_progress) {
+    // Called once per load, so the flag is per load; never raced (progress is serial per load).
+    l.on_progress = [cb = o.on_progress, failed = std::make_shared<bool>(false)](const tz::load_progress& p) {
+      if (*failed) return;
+      try {
+        cb(progress{p.bytes_done, p.bytes_total, p.tensors_done, p.tensors_total});
+      } catch (...) {
+        *failed = true;
+      }
+    };
+  }
+  return l;
+}
+
+tensor_info info_of(const tz::format::tensor_entry& e) {
+  return tensor_info{tz::format::display_name(e.path), tz::format::dtype_display(e.dtype), e.shape,
+                     e.deserialized_bytes, e.data_offset};
+}
+
+load_timings timings_of(const tz::load_timings& t) {
+  return load_timings{t.open_s, t.prepare_s, t.transfer_s, t.total_s, t.read_s,
+                      t.verify_s, t.decrypt_s, t.upload_s, t.wait_s};
+}
+
+}  // namespace detail
+}  // namespace tensorizer

@@ -1,0 +1,63 @@
+// HTTP/HTTPS range-request byte source: keep-alive connection pool, ranged GETs straight into the
+// caller's spans, ETag pinning, timeouts, retries with backoff, and large reads split across connections.
+#pragma once
+
+#include "tz/base/byte_source.hpp"
+#include "tz/base/error.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tz {
+
+// How many times and how patiently a request is retried after a connection reset/EOF, a timeout,
+// a 5xx or a 429. Delays grow exponentially from backoff_initial up to backoff_max, with jitter.
+// A request is one size() or read() of a source (with its sub-ranges each on their own clock).
+struct retry_options {
+  int attempts_max = 6;
+  std::chrono::milliseconds backoff_initial{100};
+  std::chrono::milliseconds backoff_max{5'000};
+  // Bounds the retries in time: a budget for time lost to failed attempts, each of which spends
+  // the time since data last moved (its fruitless waiting, then the backoff before the next). No
+  // attempt starts, and no wait lasts, once it is gone. So a dead or silent server, or a transfer
+  // that stalls (on every attempt, even after a little progress each time), is reported within
+  // about this long whatever attempts_max says, while a slow transfer that keeps moving spends
+  // nothing and is never cut. 0 = no bound (attempts_max and the timeouts alone).
+  std::chrono::milliseconds give_up_after{20'000};
+  // Hard limit on a whole request, retries included, that also cuts transfers still moving.
+  // 0 = off (the default: how long a large read may take depends only on the bandwidth).
+  std::chrono::milliseconds deadline{0};
+};
+
+struct http_options {
+  // TLS: verification is on by default against the system store (which honours SSL_CERT_FILE and
+  // SSL_CERT_DIR) or ca_file when given; verify_peer = false is the explicit insecure opt-out.
+  std::string ca_file;
+  bool verify_peer = true;
+  // Per attempt (0 = none); retry.give_up_after and retry.deadline cut them shorter.
+  std::chrono::milliseconds connect_timeout{5'000};      // name lookup; then TCP connect and TLS handshake
+  std::chrono::milliseconds first_byte_timeout{10'000};  // request sent -> response header
+  std::chrono::milliseconds stall_timeout{10'000};       // no body byte received (or sent) for this long
+  retry_options retry;
+  // A read of at least 2 * split_min_bytes is split into up to `connections` sub-ranges fetched in
+  // parallel on separate connections.
+  std::size_t connections = 4;
+  std::uint64_t split_min_bytes = 8ull << 20;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra request headers
+  // Connect to this host instead of the URL's (the URL's host still goes into Host/SNI/checks).
+  std::string connect_host;
+};
+
+// Opens url (http:// or https://). Nothing is sent until size() or read(). Fails with
+// errc::invalid_argument for a bad URL or CA file. size() issues a HEAD, requires
+// "Accept-Ranges: bytes" and pins the ETag; every later ranged GET carries If-Match with it, so a
+// changed object fails (errc::io) instead of mixing versions. Errors name the URL, the offset and
+// the attempts made: errc::not_found (404), errc::auth (401/403, rejected certificate),
+// errc::timeout, errc::network (budget exhausted).
+result<std::unique_ptr<byte_source>> open_http_source(const http_options& options, std::string url);
+
+}  // namespace tz

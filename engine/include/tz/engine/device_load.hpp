@@ -1,0 +1,119 @@
+// Loading tensors straight into GPU memory: reads land in a bounded ring of pinned staging slots,
+// are checked / decrypted there, and are copied to one device allocation on the uploader's streams.
+#pragma once
+
+#include "tz/base/byte_source.hpp"
+#include "tz/cuda/cuda.hpp"
+#include "tz/cuda/dlpack.hpp"
+#include "tz/base/error.hpp"
+#include "tz/format/encryption.hpp"
+#include "tz/format/tensorizer.hpp"
+#include "tz/engine/lease_ring.hpp"
+#include "tz/engine/loader.hpp"
+#include "tz/engine/scheduler.hpp"
+#include "tz/base/task.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tz {
+
+// Tensors start at multiples of this in a load's device allocation (what cudaMalloc itself
+// guarantees for an allocation, so every tensor is as aligned as if it had its own).
+inline constexpr std::uint64_t device_align_bytes = 256;
+
+// A load to device memory: load_options (readers, verify, decryption, progress; range_bytes,
+// prefault and huge_pages are host-only and ignored) plus the pinned staging ring.
+struct device_load_options : load_options {
+  // The staging ring: slot_count pinned slots of slot_bytes each (plus one page per slot, so that a
+  // read lands at its file offset modulo 4 KiB and O_DIRECT applies). It bounds the pinned host
+  // memory of a load whatever the model size; slot_bytes is also the largest single read.
+  // 4 MiB slots: the slots in use (readers x slot) then fit the host's last-level cache, so the
+  // GPU's DMA read of a slot hits the cache the copy into it just filled instead of memory. On
+  // H100 hosts (16 cores, 4 GiB warm file, gpu_load_bench) 16 x 4 MiB reached 41-46 GB/s where
+  // 16 x 16 MiB reached 34-37 GB/s on the same machines (pinned copy limit 52-55 GB/s); 2-3 MiB
+  // slots pay more per copy, 8 MiB and more spill the cache. Cold (O_DIRECT) loads were no slower.
+  std::size_t slot_count = 16;
+  std::size_t slot_bytes = 4u << 20;
+  // A caller-owned ring of pinned slots (make_pinned_ring) reused by successive loads, which then
+  // skip pinning memory (tens of milliseconds for 256 MiB). Null: each load makes its own from
+  // slot_count / slot_bytes, freed at its end. At most one load may use a ring at a time.
+  lease_ring* ring = nullptr;
+};
+
+// A ring of `slot_count` pinned slots able to hold reads of `slot_bytes` (each slot is one page
+// larger, see device_load_options). Fails with errc::no_device without a GPU, errc::cuda when the
+// memory cannot be pinned.
+result<std::unique_ptr<lease_ring>> make_pinned_ring(std::size_t slot_count, std::size_t slot_bytes);
+
+// Tensors loaded onto one device: one device allocation, tensors at device_align_bytes offsets.
+// Move-only through the buffer's shared ownership: DLPack exports keep the allocation alive after
+// this object is gone.
+class device_tensors {
+ public:
+  std::size_t size() const noexcept { return entries_.size(); }
+  // The i-th tensor of this load (file order).
+  const format::tensor_entry& entry(std::size_t i) const noexcept { return entries_[i]; }
+  std::uint64_t device_offset(std::size_t i) const noexcept { return offsets_[i]; }
+  // deserialized_bytes: what the tensor occupies on the device (zeros for meta tensors).
+  std::uint64_t size_bytes(std::size_t i) const noexcept { return entries_[i].deserialized_bytes; }
+  // A device address (never dereference it on the host); null for an empty load.
+  void* data(std::size_t i) const noexcept;
+  std::optional<std::size_t> find(std::string_view name) const noexcept;
+  int device() const noexcept { return buffer_ ? buffer_->device() : -1; }
+  const cuda::device_buffer& buffer() const noexcept { return *buffer_; }
+
+  const load_timings& timings() const noexcept { return timings_; }
+  std::uint64_t data_bytes() const noexcept { return data_bytes_; }  // stored bytes uploaded
+  std::uint64_t read_bytes() const noexcept { return read_bytes_; }  // bytes read from the source
+  std::uint64_t ring_bytes() const noexcept { return ring_bytes_; }  // pinned bytes allocated
+  // Most pinned bytes held at once by reads, checks and uploads in flight (<= ring_bytes()).
+  std::uint64_t pinned_bytes_max() const noexcept { return pinned_bytes_max_; }
+
+  // Exports tensor i as a DLPack tensor on its device (kDLCUDA), sharing ownership of the
+  // allocation. dtypes: bool, int/uint 8-64, float16/32/64, bfloat16 (kDLBfloat 16), complex
+  // 64/128 (and complex32 as kDLComplex 32); float8 variants and bits8 have no DLPack code and are
+  // exported as uint8 (reinterpret them by name). Fails with errc::unsupported for other opaque
+  // dtypes (and safetensors' packed sub-byte types), errc::invalid_argument for a bad index.
+  result<cuda::managed_tensor_ptr> to_dlpack(std::size_t i) const;
+
+ private:
+  friend struct device_load_access;
+  std::vector<format::tensor_entry> entries_;
+  std::vector<std::uint64_t> offsets_;
+  std::shared_ptr<cuda::device_buffer> buffer_;
+  load_timings timings_;
+  std::uint64_t data_bytes_ = 0;
+  std::uint64_t read_bytes_ = 0;
+  std::uint64_t ring_bytes_ = 0;
+  std::uint64_t pinned_bytes_max_ = 0;
+};
+
+// The DLPack element type of a .tensors / safetensors dtype (see device_tensors::to_dlpack).
+result<DLDataType> dlpack_dtype(const format::dtype_info& dtype);
+
+// Loads tensors `which` (positions in opened.index(); empty: all) of `source` (the source `opened`
+// was opened from) onto the uploader's device. Runs on `sched`'s workers; completes when every
+// byte is on the device and every copy has completed. Allocates the device memory up front and
+// a ring of pinned staging slots for the duration of the load only. Fails with the first error:
+// errc::invalid_argument (another source, a bad position, a tensor selected twice), errc::no_device
+// / errc::cuda from the CUDA stage (no GPU, out of device or pinned memory), the source's errors,
+// errc::format for a header that disagrees with the index, errc::hash_mismatch, errc::crypto
+// (missing or wrong key, MAC failure), errc::unsupported (a cipher chunk larger than a slot, a
+// stored size differing from the loaded size without encryption). On failure nothing is leaked and
+// no copy is in flight.
+task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::uploader& up, const loader& opened,
+                                                  std::shared_ptr<byte_source> source, std::vector<std::size_t> which,
+                                                  device_load_options options = {});
+
+// The blocking form, for a thread that is not a worker of `sched`.
+result<device_tensors> load_to_device(scheduler& sched, cuda::uploader& up, const loader& opened,
+                                      std::shared_ptr<byte_source> source, std::vector<std::size_t> which = {},
+                                      device_load_options options = {});
+
+}  // namespace tz

@@ -1,0 +1,93 @@
+// Sources as a library (tz::sources, used by the CLI and the Python module): opening a local path or
+// an http(s)://, s3:// or redis:// URI as a byte source, and writing an output
+// that is a local path, S3 object or Redis prefix.
+#pragma once
+
+#include "tz/base/byte_source.hpp"
+#include "tz/backends/cache.hpp"
+#include "tz/backends/http_source.hpp"
+#include "tz/backends/redis_source.hpp"
+#include "tz/backends/s3.hpp"
+#include "tz/engine/scheduler.hpp"
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tz {
+
+// How remote locations are reached; one set of settings for every scheme.
+struct remote_options {
+  http_options http;    // http:// and https://
+  s3_options s3;        // s3:// (its .http carries the same TLS and connection settings)
+  redis_options redis;  // redis://
+  cache_options cache;  // http(s):// and s3:// through the node-local cache when cache.dir is set
+};
+
+// The time limits, by their Python keyword names; the CLI options are "--" + the name with '-'
+// for '_' (--connect-timeout). In seconds, for http(s)://, s3:// and redis:// alike.
+inline const char* const time_limit_names[] = {"connect_timeout", "first_byte_timeout", "stall_timeout",
+                                               "give_up_after", "deadline"};
+// Sets one of them; errc::invalid_argument for an unknown name or a time out of range (the
+// per-wait timeouts must be positive; give_up_after and deadline take 0 for "no limit").
+result<void> set_time_limit(remote_options& o, std::string_view name, double seconds);
+
+// Opens a local path (io_uring file source) or a remote URI, chosen by parse_uri's scheme. Nothing
+// is fetched yet for remote sources (size() is the first round trip). Fails with the backend's
+// error (errc::not_found for a missing local file, errc::invalid_argument for a malformed URI).
+result<std::shared_ptr<byte_source>> open_any(const std::string& file_or_uri, const remote_options& options);
+
+// Runs a byte source's size() on `sched` and blocks until it completes (never call from a worker).
+result<std::uint64_t> size_blocking(scheduler& sched, byte_source& source);
+
+// Runs a byte source's read on `sched` and blocks until it completes (never call from a worker).
+result<void> read_blocking(scheduler& sched, byte_source& source, std::uint64_t offset_bytes,
+                           std::span<std::byte> dst);
+
+// A local copy of FILE or URI for commands that need a path (mmap): the path itself when local,
+// else the object downloaded into a temporary file that is removed with this object.
+class local_input {
+ public:
+  static result<local_input> fetch(scheduler& sched, const std::string& file_or_uri, const remote_options& options);
+  local_input(local_input&&) noexcept;
+  local_input& operator=(local_input&&) = delete;
+  ~local_input();
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  local_input() = default;
+  std::string path_;
+  std::string temp_dir_;  // non-empty when the file is a download to remove
+};
+
+// Where a command writes OUT. A local OUT is written in place (the writers are atomic: temp file +
+// rename). A remote OUT is written to a temporary local file first; publish() then uploads it
+// (s3://: PutObject or multipart, aborted on failure; redis://: the FORMAT.md §13 key layout, .tensors
+// only). The temporary file is removed by publish() and by the destructor, whatever happened.
+class output_target {
+ public:
+  static result<output_target> create(const std::string& file_or_uri, const remote_options& options);
+  output_target(output_target&&) noexcept;
+  output_target& operator=(output_target&&) = delete;
+  ~output_target();
+
+  // The local path to hand to the writer.
+  const std::string& path() const noexcept { return path_; }
+  // Uploads the written file when OUT is remote (no-op when local). Completes when the server
+  // acknowledged everything; fails with the uploader's error naming OUT.
+  result<void> publish(scheduler& sched);
+
+ private:
+  output_target() = default;
+  void remove_temp() noexcept;
+  std::string out_;
+  std::string scheme_;  // "" for local
+  std::string path_;
+  std::string temp_dir_;
+  remote_options options_;
+};
+
+}  // namespace tz
