@@ -124,11 +124,13 @@ result<device_tensors> model::load_to_device(int device, const std::vector<std::
   return detail::guarded(p_->name, [&]() -> result<device_tensors> {
     auto which = resolve(*p_, names);
     if (!which) return which.error();
-    auto up = tz::cuda::uploader::create(device);
-    if (!up) return from_tz(up.error());
+    // The process's context of that device: streams, threads and pinned rings made by the first
+    // device load and reused by every later one (also the C ABI's and other models').
+    auto ctx = tz::device_context::shared(device);
+    if (!ctx) return from_tz(ctx.error());
     tz::device_load_options o;
-    static_cast<tz::load_options&>(o) = detail::load_options_from(p_->opts);  // the ring keeps its defaults
-    auto loaded = tz::load_to_device(*p_->sched, *up, *p_->opened, p_->source, *which, o);
+    static_cast<tz::load_common_options&>(o) = detail::load_options_from(p_->opts);  // the ring keeps its defaults
+    auto loaded = tz::load_to_device(*p_->sched, **ctx, *p_->opened, *which, o);
     if (!loaded) return from_tz(loaded.error());
     // Device loads keep file order, which is index order.
     auto indices = names.empty() ? all_indices(*p_) : std::move(*which);

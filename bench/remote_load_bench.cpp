@@ -104,7 +104,10 @@ double ours_seconds(tz::scheduler& sched, const std::function<std::shared_ptr<tz
     dst.push_back({i, std::span(buffer).subspan(at, n)});
     at += n;
   }
-  tz::unwrap(l.load_into(sched, std::move(dst), {.readers = readers, .range_bytes = range_bytes}));
+  tz::load_options o;
+  o.readers = readers;
+  o.range_bytes = range_bytes;
+  tz::unwrap(l.load_into(sched, std::move(dst), o));
   return seconds_since(start);
 }
 

@@ -13,34 +13,6 @@ namespace tz {
 
 namespace {
 
-// The ring's memory as pinned host memory; one allocation, made by the ring's constructor.
-class pinned_allocator final : public buffer_allocator {
- public:
-  std::byte* allocate(std::size_t size_bytes) override {
-    auto b = cuda::alloc_pinned(size_bytes);
-    if (!b) throw exception(b.error());
-    buffer_ = std::move(*b);
-    return buffer_.data();
-  }
-  void deallocate(std::byte*, std::size_t) noexcept override { buffer_ = cuda::pinned_buffer(); }
-
- private:
-  cuda::pinned_buffer buffer_;
-};
-
-result<void> check_ring(std::size_t slot_count, std::size_t slot_bytes) {
-  if (slot_count == 0 || slot_bytes == 0) {
-    return make_error(errc::invalid_argument, "load to device: the staging ring needs at least one slot of at least "
-                                              "one byte (slot_count " + std::to_string(slot_count) +
-                                                  ", slot_bytes " + std::to_string(slot_bytes) + ")");
-  }
-  if (slot_bytes > (std::size_t{1} << 40) / slot_count) {
-    return make_error(errc::invalid_argument, "load to device: a staging ring of " + std::to_string(slot_count) +
-                                                  " x " + std::to_string(slot_bytes) + " bytes is unreasonably large");
-  }
-  return {};
-}
-
 // The device layout: each selected tensor at a device_align_bytes multiple of one allocation.
 struct device_layout {
   std::vector<std::uint64_t> offsets;
@@ -124,8 +96,10 @@ class device_sink final : public sink {
   std::atomic<std::size_t> slots_out_max_{0};
 };
 
-// Zero-fills the meta tensors on the device (they have no stored bytes) and waits for the fills.
-result<void> zero_meta(cuda::uploader& up, const pipeline& p, cuda::device_buffer& dst, const device_layout& layout) {
+// Enqueues the zero-fill of the meta tensors (they have no stored bytes) on the streams; the load
+// waits for the tickets after its copies, so the fills overlap the first reads.
+result<std::vector<cuda::upload_ticket>> zero_meta(cuda::uploader& up, const pipeline& p, cuda::device_buffer& dst,
+                                                   const device_layout& layout) {
   std::vector<cuda::upload_ticket> tickets;
   for (std::size_t t = 0; t < p.selected.size(); ++t) {
     const auto& e = *p.selected[t];
@@ -133,6 +107,11 @@ result<void> zero_meta(cuda::uploader& up, const pipeline& p, cuda::device_buffe
     TZ_TRY(ticket, up.fill_zero(dst, layout.offsets[t], e.deserialized_bytes));
     tickets.push_back(std::move(ticket));
   }
+  return tickets;
+}
+
+// Waits for every ticket (all of them, also after a failure: none may be left in flight).
+result<void> wait_all(cuda::uploader& up, const std::vector<cuda::upload_ticket>& tickets) {
   result<void> first;
   for (const auto& t : tickets) {
     auto ok = up.wait(t);
@@ -159,17 +138,6 @@ struct device_load_access {
     return out;
   }
 };
-
-result<std::unique_ptr<lease_ring>> make_pinned_ring(std::size_t slot_count, std::size_t slot_bytes) {
-  TZ_CHECK(check_ring(slot_count, slot_bytes));
-  try {
-    return std::make_unique<lease_ring>(slot_count, slot_bytes + page_bytes, std::make_shared<pinned_allocator>());
-  } catch (const exception& e) {
-    return make_error(e.code(), std::string("staging ring: ") + e.what());
-  } catch (const std::bad_alloc&) {
-    return make_error(errc::io, "staging ring: out of host memory");
-  }
-}
 
 namespace {
 
@@ -204,34 +172,33 @@ task<result<unsigned>> prepare_device(scheduler& sched, pipeline& p, const loade
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
-task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::uploader& up, const loader& opened,
-                                                  std::shared_ptr<byte_source> source, std::vector<std::size_t> which,
-                                                  device_load_options options) {
+task<result<device_tensors>> async_load_to_device(scheduler& sched, device_context& ctx, const loader& opened,
+                                                  std::vector<std::size_t> which, device_load_options options) {
   const auto t0 = pipeline_clock::now();
-  if (!source || &opened.source() != source.get()) {
-    co_return make_error(errc::invalid_argument, "load to device: the source is not the one the loader was opened from");
-  }
-  std::unique_ptr<lease_ring> own_ring;
-  if (options.ring == nullptr) {
-    TZ_CO_TRY(made, make_pinned_ring(options.slot_count, options.slot_bytes));
-    own_ring = std::move(made);
-    options.ring = own_ring.get();
-  }
+  load_timings t;
+  TZ_CO_TRY(ring, ctx.take_ring(options.slots(), options.slot_bytes));
+  t.ring_s = seconds_of(nanoseconds_since(t0));
   pipeline p;
   p.index = &opened.index();
+  auto source = opened.shared_source();  // held for the whole load
   p.source = source.get();
   p.options = &options;
-  TZ_CO_TRY(readers, co_await prepare_device(sched, p, opened, std::move(which), options, *options.ring));
+  TZ_CO_TRY(readers, co_await prepare_device(sched, p, opened, std::move(which), options, ring.ring()));
   const device_layout layout(p.selected);
-  TZ_CO_TRY(buffer, cuda::alloc_device(up.device(), layout.bytes));
+  const auto t_alloc = pipeline_clock::now();
+  TZ_CO_TRY(buffer, cuda::alloc_device(ctx.device(), layout.bytes));
+  t.alloc_s = seconds_of(nanoseconds_since(t_alloc));
   auto owned = std::make_shared<cuda::device_buffer>(std::move(buffer));
-  TZ_CO_CHECK(zero_meta(up, p, *owned, layout));
-  device_sink to(p, up, *options.ring, *owned, layout);
+  cuda::uploader& up = ctx.uploader();
+  TZ_CO_TRY(fills, zero_meta(up, p, *owned, layout));
+  device_sink to(p, up, ring.ring(), *owned, layout);
   p.out = &to;
-  load_timings t;
   t.prepare_s = seconds_of(nanoseconds_since(t0));
   const auto t1 = pipeline_clock::now();
-  TZ_CO_CHECK(co_await run_pipeline(sched, p, readers));
+  auto ran = co_await run_pipeline(sched, p, readers);
+  auto filled = wait_all(up, fills);  // also after a failure: no fill may outlive the buffer
+  TZ_CO_CHECK(ran);
+  TZ_CO_CHECK(filled);
   t.transfer_s = seconds_of(nanoseconds_since(t1));
   t.total_s = seconds_of(nanoseconds_since(t0));
   t.open_s = opened.open_seconds();
@@ -240,7 +207,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::upload
   t.decrypt_s = seconds_of(p.counters.decrypt_ns);
   t.upload_s = seconds_of(p.counters.upload_ns);
   t.wait_s = seconds_of(p.counters.wait_ns);
-  co_return device_load_access::make(p, layout, std::move(owned), t, *options.ring, to.slots_out_max());
+  co_return device_load_access::make(p, layout, std::move(owned), t, ring.ring(), to.slots_out_max());
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

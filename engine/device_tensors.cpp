@@ -75,10 +75,9 @@ result<cuda::managed_tensor_ptr> device_tensors::to_dlpack(std::size_t i) const 
 
 // The blocking form lives apart from the coroutine: GCC 12 otherwise inlines the coroutine ramp
 // and reports a false -Wmismatched-new-delete on the frame.
-result<device_tensors> load_to_device(scheduler& sched, cuda::uploader& up, const loader& opened,
-                                      std::shared_ptr<byte_source> source, std::vector<std::size_t> which,
-                                      device_load_options options) {
-  return run(sched, async_load_to_device(sched, up, opened, std::move(source), std::move(which), std::move(options)));
+result<device_tensors> load_to_device(scheduler& sched, device_context& ctx, const loader& opened,
+                                      std::vector<std::size_t> which, device_load_options options) {
+  return run(sched, async_load_to_device(sched, ctx, opened, std::move(which), std::move(options)));
 }
 
 }  // namespace tz

@@ -124,6 +124,7 @@ struct host_load {
     p.index = l.index_.get();
     p.source = l.source_.get();
     p.options = &o;
+    p.keep_headers = o.keep_headers;
     p.with_headers = l.kind_ == file_kind::tensorizer;
     p.encrypted = p.with_headers && p.index->header.has_crypt_info();
     if (p.with_headers) TZ_CO_CHECK(format::check_decryption_mode(p.index->header, o.decryption.has_value(), p.source->name()));

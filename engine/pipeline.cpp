@@ -182,7 +182,7 @@ task<result<void>> read_headers(scheduler& sched, pipeline& p, unsigned readers)
 
 task<result<void>> prepare_plan(scheduler& sched, pipeline& p, plan_options popts, unsigned readers) {
   popts.with_headers = p.with_headers;
-  if (p.options->keep_headers && p.with_headers) p.headers.assign(p.selected.size(), {});
+  if (p.keep_headers && p.with_headers) p.headers.assign(p.selected.size(), {});
   TZ_CO_TRY(align, co_await read_split_headers(sched, p, popts, readers));
   TZ_CO_TRY(plan, make_plan(p.selected, align, popts));
   p.plan = std::move(plan);

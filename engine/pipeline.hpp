@@ -80,7 +80,8 @@ struct stage_counters {
 struct pipeline {
   const format::file_index* index = nullptr;
   byte_source* source = nullptr;
-  const load_options* options = nullptr;
+  const load_common_options* options = nullptr;
+  bool keep_headers = false;  // host loads: load_options::keep_headers
   sink* out = nullptr;
   bool with_headers = true;  // .tensors (safetensors: no per-tensor headers, nothing to check)
   bool encrypted = false;

@@ -78,11 +78,11 @@ struct emulation_case {
   }
 };
 
-tz::result<tz::device_tensors> load(tz::scheduler& sched, tz::cuda::uploader& up, std::shared_ptr<tz::byte_source> src,
+tz::result<tz::device_tensors> load(tz::scheduler& sched, tz::device_context& ctx, std::shared_ptr<tz::byte_source> src,
                                     tz::device_load_options o) {
   auto l = tz::loader::open(sched, src);
   if (!l) return l.error();
-  return tz::load_to_device(sched, up, *l, src, {}, std::move(o));
+  return tz::load_to_device(sched, ctx, *l, {}, std::move(o));
 }
 
 }  // namespace
@@ -105,39 +105,44 @@ TEST_CASE("a copy failing at any position fails the load, never hangs, and leave
   const auto encrypted = write_floats(3, 5 * mib, &enc);  // split across 2 MiB slots (one cipher chunk)
   {
     tz::scheduler sched(2);
-    auto up = tz::cuda::uploader::create(0, 3).value();
-    auto ring = tz::make_pinned_ring(4, 2 * mib).value();
+    auto ctx = tz::device_context::create(0, 3).value();
     for (bool enc_file : {false, true}) {
       CAPTURE(enc_file);
       auto src = std::make_shared<tz::memory_source>(enc_file ? encrypted : plain, enc_file ? "mem-enc" : "mem-plain");
       tz::device_load_options o;
-      o.ring = ring.get();
+      o.slot_count = 4;
+      o.slot_bytes = 2 * mib;
       o.verify = true;
       if (enc_file) o.decryption = tz::format::decryption::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
       // How many copies one load makes, from a clean run.
       const auto before = emu::snapshot().copies;
       {
-        auto t = load(sched, up, src, o);
+        auto t = load(sched, *ctx, src, o);
         REQUIRE(ok(t));
         CHECK(all_floats_match(*t, enc_file ? 5 * mib : base));
       }
+      const auto pinned = ctx->pinned_bytes();  // the one ring, made by that load and kept
       const auto copies = emu::snapshot().copies - before;
       REQUIRE(copies >= 4);
       for (std::uint64_t nth = 1; nth <= copies; ++nth) {
         CAPTURE(nth);
         emu::fail_copy(nth);
-        auto t = load(sched, up, src, o);
+        auto t = load(sched, *ctx, src, o);
         REQUIRE_FALSE(t.has_value());
         CHECK(t.error().code == tz::errc::cuda);
         CHECK(t.error().message.find("cudaErrorIllegalAddress") != std::string::npos);
         CHECK(t.error().message.find("upload of") != std::string::npos);
-        CHECK(ring->available() == ring->slot_count());  // every lease came back
+        {  // every lease came back, and the load gave the ring back to the context's pool
+          auto ring = ctx->take_ring(4, 2 * mib).value();
+          CHECK(ring.ring().available() == ring.ring().slot_count());
+        }
+        CHECK(ctx->pinned_bytes() == pinned);  // no new ring was made
         CHECK(emu::snapshot().device_allocations == 0);  // the failed load's destination is freed
         emu::fail_copy(0);
         emu::clear_sticky_error();
       }
-      // The same uploader and ring load the file again once the context is clean.
-      auto again = load(sched, up, src, o);
+      // The same context and ring load the file again once CUDA's context is clean.
+      auto again = load(sched, *ctx, src, o);
       REQUIRE(ok(again));
       CHECK(all_floats_match(*again, enc_file ? 5 * mib : base));
     }
@@ -180,16 +185,16 @@ TEST_CASE("running out of device memory fails the load naming the allocation") {
   emulation_case scope(s);
   {
     tz::scheduler sched(2);
-    auto up = tz::cuda::uploader::create(0).value();
+    auto ctx = tz::device_context::create(0).value();
     auto src = std::make_shared<tz::memory_source>(write_floats(4, 1 * mib), "mem-oom");
-    auto t = load(sched, up, src, {});
+    auto t = load(sched, *ctx, src, {});
     REQUIRE_FALSE(t.has_value());
     CHECK(t.error().code == tz::errc::cuda);
     CHECK(t.error().message.find("cudaMalloc") != std::string::npos);
     CHECK(t.error().message.find("cudaErrorMemoryAllocation") != std::string::npos);
     CHECK(t.error().message.find("cuda:0") != std::string::npos);
     auto small = std::make_shared<tz::memory_source>(write_floats(2, 512 * kib), "mem-fits");
-    auto fits = load(sched, up, small, {});
+    auto fits = load(sched, *ctx, small, {});
     REQUIRE(ok(fits));
     CHECK(all_floats_match(*fits, 512 * kib));
   }
@@ -203,13 +208,14 @@ TEST_CASE("a load onto cuda:1 lands there, and the caller's current device stays
   REQUIRE(emu::current_device() == 0);
   {
     tz::scheduler sched(2);
-    auto up = tz::cuda::uploader::create(1).value();
+    auto ctx = tz::device_context::create(1).value();
+    auto& up = ctx->uploader();
     CHECK(emu::current_device() == 0);
     auto src = std::make_shared<tz::memory_source>(write_floats(6, 700 * kib), "mem-dev1");
     tz::device_load_options o;
     o.slot_count = 3;
     o.slot_bytes = 512 * kib;
-    auto t = load(sched, up, src, o);
+    auto t = load(sched, *ctx, src, o);
     REQUIRE(ok(t));
     CHECK(t->device() == 1);
     CHECK(t->buffer().device() == 1);
@@ -231,21 +237,26 @@ TEST_CASE("the ring path uploads only from pinned memory and holds no more of it
   emulation_case scope;
   {
     tz::scheduler sched(2);
-    auto up = tz::cuda::uploader::create(0).value();
+    auto ctx = tz::device_context::create(0).value();
     auto src = std::make_shared<tz::memory_source>(write_floats(40, 200 * kib), "mem-pinned");
     emu::reset_peaks();
     const auto before = emu::snapshot();
     tz::device_load_options o;
     o.slot_count = 5;
     o.slot_bytes = 256 * kib;
-    auto t = load(sched, up, src, o);
+    auto t = load(sched, *ctx, src, o);
     REQUIRE(ok(t));
     CHECK(all_floats_match(*t, 200 * kib));
     const auto after = emu::snapshot();
     CHECK(after.pageable_copies == before.pageable_copies);
     CHECK(after.copies > before.copies);
     CHECK(after.host_bytes_max - before.host_bytes <= t->ring_bytes());
-    CHECK(after.host_allocations == 0);  // the load's own ring is gone with the load
+    CHECK(after.host_allocations == 1);  // the ring, kept by the context for the next load
+    CHECK(ctx->pinned_bytes() == t->ring_bytes());
+    auto again = load(sched, *ctx, src, o);  // reuses it: no new pinned memory
+    REQUIRE(ok(again));
+    CHECK(emu::snapshot().host_allocations == 1);
+    CHECK(emu::snapshot().host_bytes_max - before.host_bytes <= t->ring_bytes());
   }
   check_nothing_alive();
 }
@@ -288,15 +299,16 @@ outcome host_load(tz::scheduler& sched, std::shared_ptr<tz::byte_source> src, bo
   return out;
 }
 
-outcome device_load(tz::scheduler& sched, tz::cuda::uploader& up, tz::lease_ring& ring,
-                    std::shared_ptr<tz::byte_source> src, bool verify, const tz::format::decryption* decryption) {
+outcome device_load(tz::scheduler& sched, tz::device_context& ctx, std::shared_ptr<tz::byte_source> src, bool verify,
+                    const tz::format::decryption* decryption) {
   auto l = tz::loader::open(sched, src);
   if (!l) return {l.error().message, {}};
   tz::device_load_options o;
-  o.ring = &ring;
+  o.slot_count = 4;
+  o.slot_bytes = 64 * kib;
   o.verify = verify;
   if (decryption) o.decryption = *decryption;
-  auto t = tz::load_to_device(sched, up, *l, src, {}, o);
+  auto t = tz::load_to_device(sched, ctx, *l, {}, o);
   if (!t) return {t.error().message, {}};
   outcome out;
   for (std::size_t i = 0; i < t->size(); ++i) {
@@ -331,8 +343,7 @@ TEST_CASE("corrupted files: the device path fails where the host path fails, and
   const auto seed = std::getenv("TZ_FUZZ_SEED") ? std::strtoull(std::getenv("TZ_FUZZ_SEED"), nullptr, 10) : 20261122;
   {
     tz::scheduler sched(2);
-    auto up = tz::cuda::uploader::create(0, 2).value();
-    auto ring = tz::make_pinned_ring(4, 64 * kib).value();
+    auto ctx = tz::device_context::create(0, 2).value();
     std::mt19937_64 rng(seed);
     for (const auto& v : variants) {
       CAPTURE(v.what);
@@ -345,10 +356,13 @@ TEST_CASE("corrupted files: the device path fails where the host path fails, and
         std::shared_ptr<tz::byte_source> src = std::make_shared<tz::memory_source>(bytes, "mem-fuzz");
         const tz::format::decryption* d = v.encrypted ? &decryption : nullptr;
         const outcome host = host_load(sched, src, v.verify, d);
-        const outcome dev = device_load(sched, up, *ring, src, v.verify, d);
+        const outcome dev = device_load(sched, *ctx, src, v.verify, d);
         REQUIRE_MESSAGE(host.error.has_value() == dev.error.has_value(),
                         "host: " << host.error.value_or("loaded") << " | device: " << dev.error.value_or("loaded"));
-        CHECK(ring->available() == ring->slot_count());
+        {  // every lease came back to the ring, which is back in the context's pool
+          auto ring = ctx->take_ring(4, 64 * kib).value();
+          CHECK(ring.ring().available() == ring.ring().slot_count());
+        }
         if (host.error) {
           ++failures;
           CHECK(dev.error->find("mem-fuzz") != std::string::npos);  // names the source

@@ -229,16 +229,16 @@ void require_gpu() {
   std::exit(77);
 }
 
-// One scheduler and uploader per case, and the loads it makes.
+// One scheduler and device context per case, and the loads it makes.
 struct gpu {
   tz::scheduler sched{4};
-  tz::cuda::uploader up = tz::cuda::uploader::create(0, 4).value();
+  std::unique_ptr<tz::device_context> ctx = tz::device_context::create(0, 4).value();
 
   tz::result<tz::device_tensors> load(std::shared_ptr<tz::byte_source> src, std::vector<std::size_t> which = {},
                                       tz::device_load_options o = {}) {
     auto l = tz::loader::open(sched, src);
     if (!l) return l.error();
-    return tz::load_to_device(sched, up, *l, src, std::move(which), std::move(o));
+    return tz::load_to_device(sched, *ctx, *l, std::move(which), std::move(o));
   }
 };
 

@@ -53,7 +53,9 @@ std::map<std::string, std::vector<std::byte>> load(std::shared_ptr<tz::byte_sour
   REQUIRE_MESSAGE(l.has_value(), l.error().message);
   auto which = l->select(keep);
   REQUIRE_FALSE(which.empty());
-  auto loaded = l->load(sched, which, {.verify = true});
+  tz::load_options verified;
+  verified.verify = true;
+  auto loaded = l->load(sched, which, verified);
   REQUIRE_MESSAGE(loaded.has_value(), loaded.error().message);
   std::map<std::string, std::vector<std::byte>> out;
   for (std::size_t i = 0; i < loaded->size(); ++i) {

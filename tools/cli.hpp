@@ -50,4 +50,3 @@ int cmd_convert(int argc, char** argv);
 int cmd_synth(int argc, char** argv);
 int cmd_keygen(int argc, char** argv);
 int cmd_load(int argc, char** argv);
-int cmd_load_device(int argc, char** argv, const std::string& device);

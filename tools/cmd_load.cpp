@@ -1,15 +1,21 @@
-// `tensorizer load FILE|URI`: load every tensor into host memory and report GB/s and stage times.
+// `tensorizer load MODEL...`: loads every tensor into host memory or, with --device cuda:N, onto a
+// GPU, and reports GB/s and stage times. One command for both sinks: the same options, progress
+// bar, --repeat, report and errors; the device adds only the shape of its staging ring.
 #include "cli.hpp"
 #include "load_report.hpp"
 #include "remote_args.hpp"
 
+#include "tz/engine/device_load.hpp"
 #include "tz/sources/checkpoint.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <future>
 #include <optional>
+#include <sstream>
+#include <tuple>
 
 using namespace tz;
 
@@ -18,23 +24,32 @@ namespace {
 constexpr const char* load_help =
     "usage: tensorizer load [options] MODEL...\n"
     "  Loads every tensor of MODEL (a .tensors or safetensors file or URI, or a sharded checkpoint: see\n"
-    "  MODEL below) into host memory and reports bytes, seconds, GB/s and stage times (a progress bar\n"
-    "  on a terminal).\n"
-    "  --device cuda:N  load straight into GPU memory instead (see `load --device cuda:0 --help`)\n"
+    "  MODEL below) into host memory, or with --device straight into GPU memory, and reports bytes,\n"
+    "  seconds, GB/s and stage times (a progress bar on a terminal).\n"
+    "  --device cpu|cuda|cuda:N  where the tensors go (default cpu = host memory); a GPU load reads\n"
+    "                   through a ring of pinned staging slots and copies on CUDA streams\n"
+    "  --only NAME[,NAME...]  load only these tensors (by name)\n"
     "  --verify         check each tensor's stored CRC32/SHA-256 (on the workers, during the load)\n"
     "  --direct         O_DIRECT reads of a local FILE (for files not in the page cache)\n"
-    "  --readers N      reads in flight (default: 2 per worker thread)\n"
+    "  --readers N      reads in flight (default: 2 per worker thread; device: at most 3/4 of the slots)\n"
     "  --threads N      worker threads (default: one per core)\n"
     "  --json           one JSON object on stdout instead of text\n"
     "  --repeat N       load N times in this process (each load freed before the next) and report the\n"
-    "                   median run, with every run's rate (for benchmarks: runs after the first find\n"
-    "                   the process's memory and the page cache warm)\n"
-    "  --decrypt-key-file F | --decrypt-passphrase-file F   open an encrypted file\n";
+    "                   median run, with every run's rate (runs after the first find the process's\n"
+    "                   memory, the GPU's streams and pinned ring, and the page cache warm)\n"
+    "  --decrypt-key-file F | --decrypt-passphrase-file F   open an encrypted file\n"
+    "  With --device only: --slots N (staging slots: 16, 64 when verifying), --slot-mib N (slot\n"
+    "  size, 4), --streams N (CUDA streams, 4).\n";
 
 struct load_args {
   std::vector<std::string> inputs;
+  std::vector<std::string> only;
   bool verify = false, direct = false, json = false;
   unsigned readers = 0, threads = 0, repeat = 1;
+  std::optional<int> device;  // a GPU; none: host memory
+  std::string device_name = "host";
+  std::size_t slot_count = 0, slot_mib = device_load_options::default_slot_bytes >> 20;
+  unsigned streams = cuda::uploader::default_stream_count;
 };
 
 // A one-line bar redrawn on stderr; only used when stderr is a terminal.
@@ -45,22 +60,28 @@ void draw_progress(const load_progress& p) {
                frac * 100, p.tensors_done, p.tensors_total);
 }
 
-void print_report(const load_args& a, const loader& l, const loaded_tensors& r, const load_timings& timings,
-                  unsigned threads, unsigned readers, std::vector<double> runs_gbps) {
-  cli::load_report rep;
-  rep.file = a.inputs.size() == 1 ? a.inputs[0] : l.source().name();
-  rep.cache = cache_status(l);
-  rep.safetensors = l.kind() == file_kind::safetensors;
-  rep.destination = "host";
-  rep.tensors = r.size();
-  rep.data_bytes = r.data_bytes();
-  rep.timings = timings;
-  rep.verify = a.verify;
-  rep.direct = a.direct;
-  rep.threads = threads;
-  rep.readers = readers;
-  rep.runs_gbps = std::move(runs_gbps);
-  cli::print_load_report(rep, a.json);
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string name; std::getline(in, name, ',');)
+    if (!name.empty()) out.push_back(name);
+  return out;
+}
+
+// --device: nothing or "cpu" is host memory, "cuda" / "cuda:N" a GPU.
+result<void> parse_device(const cli::args& a, load_args& out) {
+  auto v = a.get("--device");
+  if (!v || *v == "cpu") {
+    for (const char* name : {"--slots", "--slot-mib", "--streams"})
+      if (a.has(name)) return make_error(errc::invalid_argument, std::string(name) + " applies to --device cuda:N only");
+    return {};
+  }
+  if (v->rfind("cuda", 0) != 0)
+    return make_error(errc::invalid_argument, "unknown --device '" + *v + "' (expected cpu, cuda or cuda:N)");
+  TZ_TRY(index, cuda::parse_device(*v));
+  out.device = index;
+  out.device_name = "cuda:" + std::to_string(index);
+  return {};
 }
 
 result<load_args> parse_load(const cli::args& a) {
@@ -68,6 +89,9 @@ result<load_args> parse_load(const cli::args& a) {
   if (a.positional.empty()) return make_error(errc::invalid_argument, "expected a MODEL");
   out.inputs = a.positional;
   out.verify = a.has("--verify"), out.direct = a.has("--direct"), out.json = a.has("--json");
+  if (auto v = a.get("--only")) out.only = split_names(*v);
+  TZ_CHECK(parse_device(a, out));
+  std::size_t streams = out.streams;
   for (auto [name, target] : {std::pair{"--readers", &out.readers}, std::pair{"--threads", &out.threads},
                               std::pair{"--repeat", &out.repeat}}) {
     if (auto v = a.get(name)) {
@@ -76,14 +100,125 @@ result<load_args> parse_load(const cli::args& a) {
       *target = static_cast<unsigned>(n);
     }
   }
+  for (auto [name, target, high] : {std::tuple{"--slots", &out.slot_count, 65536ull},
+                                    std::tuple{"--slot-mib", &out.slot_mib, 1024ull},
+                                    std::tuple{"--streams", &streams, 64ull}}) {
+    if (auto v = a.get(name)) {
+      TZ_TRY(n, cli::to_uint(name, *v));
+      if (n < 1 || n > high) return make_error(errc::invalid_argument, std::string(name) + " must be 1.." + std::to_string(high));
+      *target = static_cast<std::size_t>(n);
+    }
+  }
+  out.streams = static_cast<unsigned>(streams);
   return out;
+}
+
+result<std::vector<std::size_t>> select_names(const loader& l, const std::vector<std::string>& names) {
+  std::vector<std::size_t> which;
+  for (const auto& name : names) {
+    auto i = l.find(name);
+    if (!i) return make_error(errc::not_found, l.source().name() + ": no tensor named '" + name + "'");
+    which.push_back(*i);
+  }
+  return which;
+}
+
+// One load's outcome, host or device, as the report needs it.
+struct one_run {
+  load_timings timings;
+  std::size_t tensors = 0;
+  std::uint64_t data_bytes = 0, ring_bytes = 0, pinned_max_bytes = 0;
+};
+
+// Loads `which` of `l` once to the sink the arguments name; the loaded tensors are freed on return.
+result<one_run> load_once(scheduler& sched, loader& l, const load_args& a, const std::vector<std::size_t>& which,
+                          device_context* ctx, const load_common_options& common) {
+  if (ctx == nullptr) {
+    load_options o;
+    static_cast<load_common_options&>(o) = common;
+    TZ_TRY(r, l.load(sched, which, o));
+    return one_run{r.timings(), r.size(), r.data_bytes(), 0, 0};
+  }
+  device_load_options o;
+  static_cast<load_common_options&>(o) = common;
+  o.slot_count = a.slot_count;
+  o.slot_bytes = a.slot_mib << 20;
+  TZ_TRY(r, load_to_device(sched, *ctx, l, which, o));
+  return one_run{r.timings(), r.size(), r.data_bytes(), r.ring_bytes(), r.pinned_bytes_max()};
+}
+
+void print_report(const load_args& a, const loader& l, std::vector<one_run> runs, unsigned threads, unsigned readers) {
+  std::vector<double> rates;
+  for (const auto& r : runs)
+    rates.push_back(r.timings.total_s > 0 ? static_cast<double>(r.data_bytes) / r.timings.total_s / 1e9 : 0);
+  std::sort(runs.begin(), runs.end(), [](const auto& x, const auto& y) { return x.timings.total_s < y.timings.total_s; });
+  const one_run& median = runs[(runs.size() - 1) / 2];
+  cli::load_report rep;
+  rep.file = a.inputs.size() == 1 ? a.inputs[0] : l.source().name();
+  rep.cache = cache_status(l);
+  rep.safetensors = l.kind() == file_kind::safetensors;
+  rep.destination = a.device_name;
+  rep.tensors = median.tensors;
+  rep.data_bytes = median.data_bytes;
+  rep.timings = median.timings;
+  rep.verify = a.verify;
+  rep.direct = a.direct;
+  rep.threads = threads;
+  rep.readers = readers;
+  rep.ring_bytes = median.ring_bytes;
+  rep.pinned_max_bytes = median.pinned_max_bytes;
+  if (a.repeat > 1) rep.runs_gbps = std::move(rates);
+  cli::print_load_report(rep, a.json);
+}
+
+// The GPU's context, made beside the open (both stay outside the rate): streams, completion
+// threads and the pinned ring are ready when the first load starts.
+std::future<result<std::unique_ptr<device_context>>> start_device(const load_args& a, bool verify) {
+  return std::async(std::launch::async, [device = *a.device, streams = static_cast<int>(a.streams), a, verify] {
+    auto ctx = device_context::create(device, streams);
+    device_load_options shape;
+    shape.verify = verify;
+    shape.slot_count = a.slot_count;
+    if (ctx) static_cast<void>((*ctx)->reserve_ring(shape.slots(), a.slot_mib << 20));  // a failure recurs in the load
+    return ctx;
+  });
+}
+
+int run_load(const load_args& a, const remote_options& remote, load_common_options common) {
+  scheduler sched(a.threads);
+  std::future<result<std::unique_ptr<device_context>>> pending;
+  if (a.device) pending = start_device(a, common.verify);
+  auto l = open_checkpoint(sched, a.inputs, {remote, a.direct});
+  std::unique_ptr<device_context> ctx;
+  if (a.device) {
+    auto made = pending.get();
+    if (!made) return cli::fail("load", made.error());
+    ctx = std::move(*made);
+  }
+  if (!l) return cli::fail("load", l.error());
+  auto which = select_names(*l, a.only);
+  if (!which) return cli::fail("load", which.error());
+  if (!a.device) common.readers = a.readers ? a.readers : 2 * sched.thread_count();
+  const bool tty = !a.json && ::isatty(STDERR_FILENO);
+  if (tty) common.on_progress = draw_progress;
+  std::vector<one_run> runs;
+  for (unsigned k = 0; k < a.repeat; ++k) {
+    auto r = load_once(sched, *l, a, *which, ctx.get(), common);
+    if (tty) std::fputc('\n', stderr);
+    if (!r) return cli::fail("load", r.error());
+    runs.push_back(*r);
+  }
+  print_report(a, *l, std::move(runs), sched.thread_count(), common.readers);
+  return 0;
 }
 
 }  // namespace
 
-// Entry point of the `load` subcommand (argv[1] is "load"): 0 loaded, 1 failed, 2 bad usage.
+// Entry point of the `load` subcommand (argv[1] is "load"): 0 loaded, 1 failed (no GPU:
+// errc::no_device, reported as such), 2 bad usage.
 int cmd_load(int argc, char** argv) {
-  auto valued = cli::with_remote_valued({"--readers", "--threads", "--device", "--repeat"});
+  auto valued = cli::with_remote_valued(
+      {"--readers", "--threads", "--device", "--repeat", "--only", "--slots", "--slot-mib", "--streams"});
   valued.insert(valued.end(), cli::decrypt_options.begin(), cli::decrypt_options.end());
   auto a = cli::parse(argc, argv, 2, valued, cli::with_remote_flags({"--verify", "--direct", "--json", "--help"}));
   if (!a) return cli::usage_error("load", a.error().message, load_help);
@@ -94,35 +229,12 @@ int cmd_load(int argc, char** argv) {
   if (!remote) return cli::fail("load", remote.error());
   auto decryption = cli::decryption_from(*a);
   if (!decryption) return cli::fail("load", decryption.error());
+  load_common_options common;
+  common.verify = args->verify;
+  common.readers = args->readers;
+  common.decryption = std::move(*decryption);
   try {
-    scheduler sched(args->threads);
-    auto l = open_checkpoint(sched, args->inputs, {*remote, args->direct});
-    if (!l) return cli::fail("load", l.error());
-    load_options o;
-    o.verify = args->verify;
-    o.readers = args->readers ? args->readers : 2 * sched.thread_count();
-    o.decryption = std::move(*decryption);
-    const bool tty = !args->json && ::isatty(STDERR_FILENO);
-    if (tty) o.on_progress = draw_progress;
-    // --repeat: each run is freed before the next; the report is the median run's timings.
-    std::vector<load_timings> runs;
-    std::optional<loaded_tensors> last;
-    for (unsigned k = 0; k < args->repeat; ++k) {
-      last.reset();
-      auto r = l->load(sched, {}, o);
-      if (tty) std::fputc('\n', stderr);
-      if (!r) return cli::fail("load", r.error());
-      runs.push_back(r->timings());
-      last.emplace(std::move(*r));
-    }
-    std::vector<double> rates;
-    for (const auto& t : runs)
-      rates.push_back(t.total_s > 0 ? static_cast<double>(last->data_bytes()) / t.total_s / 1e9 : 0);
-    auto by_time = runs;
-    std::sort(by_time.begin(), by_time.end(), [](const auto& a, const auto& b) { return a.total_s < b.total_s; });
-    print_report(*args, *l, *last, by_time[(by_time.size() - 1) / 2], sched.thread_count(), o.readers,
-                 args->repeat > 1 ? rates : std::vector<double>{});
-    return 0;
+    return run_load(*args, *remote, std::move(common));
   } catch (const std::exception& e) {
     return cli::fail("load", make_error(errc::io, e.what()));
   }

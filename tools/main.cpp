@@ -3,26 +3,8 @@
 
 #include <cstdio>
 #include <cstring>
-#include <string>
 
 namespace {
-
-// `load`: to host memory, or straight to a GPU when --device names one.
-int cmd_load_any(int argc, char** argv) {
-  for (int i = 2; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string device;
-    if (arg == "--device" && i + 1 < argc) device = argv[i + 1];
-    else if (arg.rfind("--device=", 0) == 0) device = arg.substr(9);
-    else continue;
-    if (device.rfind("cuda", 0) == 0) return cmd_load_device(argc, argv, device);
-    if (device != "cpu") {
-      std::fprintf(stderr, "tensorizer load: unknown --device '%s' (expected cpu, cuda or cuda:N)\n", device.c_str());
-      return 2;
-    }
-  }
-  return cmd_load(argc, argv);
-}
 
 struct command {
   const char* name;
@@ -36,7 +18,7 @@ constexpr command commands[] = {
     {"verify", cmd_verify, "check every stored CRC32 / SHA-256"},
     {"copy", cmd_copy, "read every tensor and write a new file"},
     {"convert", cmd_convert, "convert between safetensors and .tensors (by extension)"},
-    {"load", cmd_load_any, "load every tensor into host memory (or --device cuda:N) and report GB/s"},
+    {"load", cmd_load, "load every tensor into host memory (or --device cuda:N) and report GB/s"},
     {"synth", cmd_synth, "write a deterministic sample model of a given size"},
     {"keygen", cmd_keygen, "write a new random encryption key file"},
 };

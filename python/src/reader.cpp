@@ -165,13 +165,14 @@ std::shared_ptr<loaded_handle> load_host(reader_handle& r, std::vector<std::size
 std::shared_ptr<loaded_handle> load_device(reader_handle& r, std::vector<std::size_t> which, const load_options& common,
                                            int device) {
   device_load_options o;
-  static_cast<load_options&>(o) = common;  // the ring keeps its defaults
+  static_cast<load_common_options&>(o) = common;  // the ring keeps its defaults
   auto h = std::make_shared<loaded_handle>();
   h->sched = r.sched;
   pyb::gil_scoped_release release;
-  auto up = take(cuda::uploader::create(device));
+  // The process's context of that device, made by the first device load and reused by the rest.
+  device_context* ctx = take(device_context::shared(device));
   h->device = std::make_shared<device_tensors>(
-      take(guarded(r, [&] { return load_to_device(*r.sched, up, *r.opened, r.source->source, which, o); })));
+      take(guarded(r, [&] { return load_to_device(*r.sched, *ctx, *r.opened, which, o); })));
   if (which.empty()) {
     which.resize(h->device->size());
     for (std::size_t i = 0; i < which.size(); ++i) which[i] = i;

@@ -22,7 +22,9 @@ int main(int argc, char** argv) {
     const auto name = tz::format::display_name(e.path);
     return name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0;
   });
-  auto loaded = file->load(sched, which, {.verify = true});
+  tz::load_options options;
+  options.verify = true;
+  auto loaded = file->load(sched, which, options);
   if (!loaded) return std::fprintf(stderr, "%s\n", loaded.error().message.c_str()), 1;
 
   for (std::size_t i = 0; i < loaded->size(); ++i)

@@ -8,6 +8,7 @@
 #include "tz/base/error.hpp"
 #include "tz/format/encryption.hpp"
 #include "tz/format/tensorizer.hpp"
+#include "tz/engine/device_context.hpp"
 #include "tz/engine/lease_ring.hpp"
 #include "tz/engine/loader.hpp"
 #include "tz/engine/scheduler.hpp"
@@ -27,9 +28,9 @@ namespace tz {
 // guarantees for an allocation, so every tensor is as aligned as if it had its own).
 inline constexpr std::uint64_t device_align_bytes = 256;
 
-// A load to device memory: load_options (readers, verify, decryption, progress; range_bytes,
-// prefault and huge_pages are host-only and ignored) plus the pinned staging ring.
-struct device_load_options : load_options {
+// A load to device memory: what every load takes (readers, verify, decryption, progress) plus
+// the shape of the pinned staging ring it takes from its device_context.
+struct device_load_options : load_common_options {
   // The staging ring: slot_count pinned slots of slot_bytes each (plus one page per slot, so that a
   // read lands at its file offset modulo 4 KiB and O_DIRECT applies). It bounds the pinned host
   // memory of a load whatever the model size; slot_bytes is also the largest single read.
@@ -38,18 +39,20 @@ struct device_load_options : load_options {
   // H100 hosts (16 cores, 4 GiB warm file, gpu_load_bench) 16 x 4 MiB reached 41-46 GB/s where
   // 16 x 16 MiB reached 34-37 GB/s on the same machines (pinned copy limit 52-55 GB/s); 2-3 MiB
   // slots pay more per copy, 8 MiB and more spill the cache. Cold (O_DIRECT) loads were no slower.
-  std::size_t slot_count = 16;
-  std::size_t slot_bytes = 4u << 20;
-  // A caller-owned ring of pinned slots (make_pinned_ring) reused by successive loads, which then
-  // skip pinning memory (tens of milliseconds for 256 MiB). Null: each load makes its own from
-  // slot_count / slot_bytes, freed at its end. At most one load may use a ring at a time.
-  lease_ring* ring = nullptr;
-};
+  // 0: automatic (default_slot_count, or verified_slot_count for a verified load).
+  std::size_t slot_count = 0;
+  std::size_t slot_bytes = default_slot_bytes;
 
-// A ring of `slot_count` pinned slots able to hold reads of `slot_bytes` (each slot is one page
-// larger, see device_load_options). Fails with errc::no_device without a GPU, errc::cuda when the
-// memory cannot be pinned.
-result<std::unique_ptr<lease_ring>> make_pinned_ring(std::size_t slot_count, std::size_t slot_bytes);
+  static constexpr std::size_t default_slot_count = 16;
+  static constexpr std::size_t default_slot_bytes = 4u << 20;
+  // A verified load hashes each tensor in file order on the workers: with more tensors in flight
+  // more cores hash at once (H100 host: 64 x 4 MiB 12.6 GB/s where 16 x 4 MiB gave 8-10).
+  static constexpr std::size_t verified_slot_count = 64;
+  // The slots a load with these options uses.
+  std::size_t slots() const noexcept {
+    return slot_count != 0 ? slot_count : verify ? verified_slot_count : default_slot_count;
+  }
+};
 
 // Tensors loaded onto one device: one device allocation, tensors at device_align_bytes offsets.
 // Move-only through the buffer's shared ownership: DLPack exports keep the allocation alive after
@@ -97,23 +100,22 @@ class device_tensors {
 // The DLPack element type of a .tensors / safetensors dtype (see device_tensors::to_dlpack).
 result<DLDataType> dlpack_dtype(const format::dtype_info& dtype);
 
-// Loads tensors `which` (positions in opened.index(); empty: all) of `source` (the source `opened`
-// was opened from) onto the uploader's device. Runs on `sched`'s workers; completes when every
-// byte is on the device and every copy has completed. Allocates the device memory up front and
-// a ring of pinned staging slots for the duration of the load only. Fails with the first error:
-// errc::invalid_argument (another source, a bad position, a tensor selected twice), errc::no_device
-// / errc::cuda from the CUDA stage (no GPU, out of device or pinned memory), the source's errors,
+// Loads tensors `which` (positions in opened.index(); empty: all) onto the context's device,
+// reading from the source `opened` was opened from. Runs on `sched`'s workers; completes when every
+// byte is on the device and every copy has completed. Takes a pinned ring from `ctx` for the
+// load (giving it back at the end) and allocates the device memory, zero-filling meta tensors on
+// the streams beside the first copies. Loads may share a context concurrently. Fails with the
+// first error: errc::invalid_argument (a bad position, a tensor selected twice), errc::no_device /
+// errc::cuda from the CUDA stage (out of device or pinned memory), the source's errors,
 // errc::format for a header that disagrees with the index, errc::hash_mismatch, errc::crypto
 // (missing or wrong key, MAC failure), errc::unsupported (a cipher chunk larger than a slot, a
 // stored size differing from the loaded size without encryption). On failure nothing is leaked and
 // no copy is in flight.
-task<result<device_tensors>> async_load_to_device(scheduler& sched, cuda::uploader& up, const loader& opened,
-                                                  std::shared_ptr<byte_source> source, std::vector<std::size_t> which,
-                                                  device_load_options options = {});
+task<result<device_tensors>> async_load_to_device(scheduler& sched, device_context& ctx, const loader& opened,
+                                                  std::vector<std::size_t> which, device_load_options options = {});
 
 // The blocking form, for a thread that is not a worker of `sched`.
-result<device_tensors> load_to_device(scheduler& sched, cuda::uploader& up, const loader& opened,
-                                      std::shared_ptr<byte_source> source, std::vector<std::size_t> which = {},
-                                      device_load_options options = {});
+result<device_tensors> load_to_device(scheduler& sched, device_context& ctx, const loader& opened,
+                                      std::vector<std::size_t> which = {}, device_load_options options = {});
 
 }  // namespace tz

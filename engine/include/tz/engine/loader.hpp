@@ -46,16 +46,15 @@ struct load_timings {
   double decrypt_s = 0;   // decrypting in place
   double upload_s = 0;    // device loads: enqueuing copies
   double wait_s = 0;      // device loads: waiting for a free ring slot, and the final drain of copies
+  double ring_s = 0;      // device loads: taking a pinned ring (0 when the context had one idle)
+  double alloc_s = 0;     // device loads: allocating the device memory (inside prepare_s)
 };
 
-// Options of a load, host or device (device_load_options adds the staging ring).
-struct load_options {
+// What every load takes, whatever its sink (host memory or a device): reads, checks, keys, progress.
+struct load_common_options {
   // Reads in flight at once; 0 = automatic (two per worker thread; device loads: at most 3/4 of
   // the ring's slots). Each reader runs on one worker.
   unsigned readers = 0;
-  // Host loads: the target length of a read; 0 = automatic (up to 16 MiB, smaller for small loads
-  // so every reader gets work). Device loads read at most one staging slot and ignore it.
-  std::uint64_t range_bytes = 0;
   // Check each tensor's stored CRC32 / SHA-256 (.tensors only) on the workers, beside the reads:
   // CRC32 per range on whichever worker holds it, SHA-256 in file order per tensor.
   bool verify = false;
@@ -63,16 +62,23 @@ struct load_options {
   // decrypted in place where they landed by the worker that read them, then verified. Required
   // for encrypted files, refused for plain ones (format/FORMAT.md §3.1).
   std::optional<format::decryption> decryption;
-  // Host loads into loader-owned memory: pre-fault pages not backed by huge pages (on the reading
+  // Called after each completed range from a worker thread, never concurrently with itself.
+  std::function<void(const load_progress&)> on_progress;
+};
+
+// A load into host memory (device_load_options is the device sink's).
+struct load_options : load_common_options {
+  // The target length of a read; 0 = automatic (up to 16 MiB, smaller for small loads so every
+  // reader gets work).
+  std::uint64_t range_bytes = 0;
+  // Loader-owned memory: pre-fault pages not backed by huge pages (on the reading
   // worker, just before each read), and back the memory with transparent huge pages (see
   // host_buffer: far fewer faults; the pages then fault inside the copy, which is faster).
   bool prefault = true;
   bool huge_pages = true;
-  // Host loads: keep each tensor's parsed header (module index, stored hashes, crypt info) in the
+  // Keep each tensor's parsed header (module index, stored hashes, crypt info) in the
   // result (loaded_tensors::header), for callers that rewrite or describe the file.
   bool keep_headers = false;
-  // Called after each completed range from a worker thread, never concurrently with itself.
-  std::function<void(const load_progress&)> on_progress;
 };
 
 // The tensors of one load. Owns the memory when the loader allocated it (one allocation per load).

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs on a bare GPU machine from a bundle made by bench/gpu_bundle.sh: the GPU suites (from a
+# directory outside any build tree), then bench/gpu_table.py. Every output goes under OUT.
+# Usage: gpu_run.sh BUNDLE OUT [gpu_table.py options...]
+set -uo pipefail
+bundle=$(cd "$1" && pwd)
+out=$2
+shift 2
+mkdir -p "$out" /tmp/peers
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/peers "$bundle"/whl/*.whl >"$out/pip.log" 2>&1
+# C++ programs take the bundled libraries; Python processes get all but libcudart (torch loads its own).
+mkdir -p /tmp/pylib && cp "$bundle"/lib/lib{uring,hiredis,sodium,isal}* /tmp/pylib/ 2>/dev/null
+export LD_LIBRARY_PATH=$bundle/lib
+cd "$(mktemp -d)"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+for t in cuda_test device_load_test api_test; do
+  timeout 120 "$bundle/bin/$t" --test-suite-exclude=reference >"$out/$t.log" 2>&1
+  echo "$t: exit $? ($(grep -E '^\[doctest\] (test cases|assertions)' "$out/$t.log" | tr '\n' ' '))"
+done
+LD_LIBRARY_PATH=/tmp/pylib timeout 500 python3 "$bundle/gpu_table.py" --bin "$bundle/bin" --lib "$bundle/lib" --ours "$bundle/ours" \
+  --peers /tmp/peers --json "$out/gpu_table.json" "$@" 2>&1 | tee "$out/gpu_table.txt"

@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+# Question: how fast does a model reach GPU memory through each entry point of ours (CLI, C ABI,
+# Python), plain, verified and encrypted, first load in a fresh process and later loads in it,
+# against the engine's steady state, the pinned copy limit and the peers (tensorizer 2.11.1,
+# safetensors, Run:ai streamer, fastsafetensors, torch's pinned copy) on the same file, in one run?
+#
+# Runs on a bare GPU machine from a bundle built elsewhere (../shared/DEVICE.md): --bin holds the
+# CLI, gpu_load_bench and c_load_bench, --ours and --peers are PYTHONPATH folders. Every timed
+# Python load runs in a fresh process after torch has made its CUDA context (so no loader pays for
+# that); each process loads `--later` more times for the later-load figure. Every loader's tensors
+# are digested on the device (per tensor: the sum of its bytes, by name) and must agree. Writes
+# the table as text and tz-bench/1 JSON (bench/README.md) for bench/charts.py. --smoke: a tiny run
+# of the same steps (the CUDA emulation's CLI needs no GPU; Python steps are skipped without one).
+import argparse
+import hashlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+BIN_ENV = None  # the environment of our C++ programs (LD_LIBRARY_PATH = --lib), set by main()
+
+
+def sh(cmd, timeout, env=None):
+    """Runs cmd; returns stdout; raises with stderr's tail on failure."""
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env or BIN_ENV)
+    if r.returncode != 0:
+        raise RuntimeError(f"{cmd[0]} exited {r.returncode}: {r.stderr[-800:]}")
+    return r.stdout
+
+
+# ---- worker side: one fresh Python process, first load then later loads, then a digest ----
+
+def _digest(tensors):
+    import torch
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].contiguous().view(-1).view(torch.uint8)
+        h.update(f"{name}:{t.numel()}:{int(t.sum(dtype=torch.int64).item())};".encode())
+    return h.hexdigest()
+
+
+def _loader(kind, path, key):
+    import torch
+    if kind == "ours" or kind == "tensorizer":
+        from tensorizer import TensorDeserializer
+
+        def load(verify=False, encrypted=False):
+            kw = {"device": "cuda:0"}
+            if verify:
+                kw["verify_hash"] = True
+            if encrypted:
+                from tensorizer import DecryptionParams
+                kw["encryption"] = DecryptionParams.from_key(key)
+            d = TensorDeserializer(path, **kw)
+            return dict(d.items())
+        return load
+    if kind == "safetensors":
+        from safetensors.torch import load_file
+        return lambda **_: load_file(path, device="cuda:0")
+    if kind == "runai":
+        from runai_model_streamer import SafetensorsStreamer
+
+        def load(**_):
+            out = {}
+            with SafetensorsStreamer() as s:
+                s.stream_file(path)
+                for name, t in s.get_tensors():
+                    out[name] = t.to("cuda:0", non_blocking=True)
+            return out
+        return load
+    if kind == "fastsafetensors":
+        from fastsafetensors import SafeTensorsFileLoader, SingleGroup
+
+        def load(**_):
+            loader = SafeTensorsFileLoader(SingleGroup(), torch.device("cuda:0"), nogds=True)
+            loader.add_filenames({0: [path]})
+            fb = loader.copy_files_to_device()
+            out = {k: fb.get_tensor(k).clone() for k in list(fb.key_to_rank_lidx.keys())}
+            fb.close()
+            loader.close()
+            return out
+        return load
+    if kind == "torch_pinned":
+        size = os.path.getsize(path)
+        host = torch.empty(size, dtype=torch.uint8).pin_memory()
+        host.fill_(1)
+        return lambda **_: {"all": host.to("cuda:0", non_blocking=True)}
+    raise ValueError(kind)
+
+
+def worker(args):
+    import torch
+    torch.zeros(1, device="cuda:0")  # torch's own CUDA context, made before any timed load
+    key = open(args.key, "rb").read() if args.key else None
+    load = _loader(args.worker, args.file, key)
+    rates, digest, nbytes = [], None, 0
+    for k in range(1 + args.later):
+        t0 = time.perf_counter()
+        tensors = load(verify=args.verify, encrypted=bool(key))
+        torch.cuda.synchronize()
+        s = time.perf_counter() - t0
+        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        rates.append(nbytes / s / 1e9)
+        if k == 0 and args.worker != "torch_pinned":
+            digest = _digest(tensors)
+        del tensors
+        torch.cuda.empty_cache()
+    print(json.dumps({"runs_gbps": rates, "digest": digest, "bytes": nbytes}))
+
+
+# ---- driver side ----
+
+def python_runs(a, kind, path, procs, verify=False, key=None):
+    site = a.ours if kind == "ours" else a.peers
+    env = dict(os.environ, PYTHONPATH=site, PYTHONUNBUFFERED="1")
+    firsts, laters, digests = [], [], set()
+    for _ in range(procs):
+        cmd = [a.python, os.path.abspath(__file__), "--worker", kind, "--file", path, "--later", str(a.later)]
+        if verify:
+            cmd.append("--verify")
+        if key:
+            cmd += ["--key", key]
+        out = json.loads(sh(cmd, a.step_timeout, env).strip().splitlines()[-1])
+        firsts.append(out["runs_gbps"][0])
+        laters += out["runs_gbps"][1:]
+        if out["digest"]:
+            digests.add(out["digest"])
+    return firsts, laters, digests
+
+
+def cli_runs(a, path, procs, extra=()):
+    cli = os.path.join(a.bin, "tensorizer")
+    firsts, laters = [], []
+    for _ in range(procs):
+        rep = json.loads(sh([cli, "load", "--device", "cuda:0", "--json", "--repeat", str(1 + a.later), *extra, path],
+                            a.step_timeout))
+        firsts.append(rep["runs_gb_per_s"][0])
+        laters += rep["runs_gb_per_s"][1:]
+    return firsts, laters
+
+
+def c_runs(a, path, procs):
+    firsts, laters = [], []
+    for _ in range(procs):
+        rep = json.loads(sh([os.path.join(a.bin, "c_load_bench"), path, "0", str(1 + a.later)], a.step_timeout))
+        firsts.append(rep["runs_gbps"][0])
+        laters += rep["runs_gbps"][1:]
+    return firsts, laters
+
+
+def engine_reference(a, path):
+    out = sh([os.path.join(a.bin, "gpu_load_bench"), "--file", path, "--runs", "5", "--no-cold"], a.step_timeout)
+    sys.stdout.write(out)
+    ref = {}
+    for key, pat in [("limit", r"^limit\s+([\d.]+)"), ("bound", r"bound min\(limit, that\) ([\d.]+)"),
+                     ("pipe", r"^pipe\s+([\d.]+)"), ("steady", r"^warm ring\s+([\d.]+)"),
+                     ("fresh_ctx", r"^fresh ctx\s+([\d.]+)")]:
+        m = re.search(pat, out, re.M)
+        if m:
+            ref[key] = float(m.group(1))
+    return ref
+
+
+def make_files(a, tmp):
+    cli = os.path.join(a.bin, "tensorizer")
+    plain = os.path.join(tmp, "model.tensors")
+    sh([cli, "synth", plain, "--size-mib", str(a.size_mib)], a.step_timeout)
+    st = os.path.join(tmp, "model.safetensors")
+    sh([cli, "convert", plain, st], a.step_timeout)
+    key = os.path.join(tmp, "key")
+    sh([cli, "keygen", key], a.step_timeout)
+    enc = os.path.join(tmp, "model.enc.tensors")
+    sh([cli, "copy", "--encrypt-key-file", key, plain, enc], a.step_timeout)
+    for p in (plain, st, enc):  # into the page cache: every loader reads warm files
+        with open(p, "rb") as f:
+            while f.read(64 << 20):
+                pass
+    return plain, st, enc, key
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--file", help=argparse.SUPPRESS)
+    ap.add_argument("--key", help=argparse.SUPPRESS)
+    ap.add_argument("--verify", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--bin", help="folder with tensorizer, gpu_load_bench, c_load_bench")
+    ap.add_argument("--lib", default="", help="LD_LIBRARY_PATH for the C++ programs (the bundle's lib/)")
+    ap.add_argument("--ours", default="", help="PYTHONPATH with our tensorizer package")
+    ap.add_argument("--peers", default="", help="PYTHONPATH with tensorizer 2.11.1, runai, fastsafetensors")
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--size-mib", type=int, default=4096)
+    ap.add_argument("--procs", type=int, default=3, help="fresh processes per loader")
+    ap.add_argument("--later", type=int, default=3, help="loads after the first in each process")
+    ap.add_argument("--step-timeout", type=float, default=240)
+    ap.add_argument("--skip", default="", help="comma-separated steps to leave out")
+    ap.add_argument("--json", help="write tz-bench/1 JSON here")
+    ap.add_argument("--smoke", action="store_true")
+    a = ap.parse_args()
+    if a.worker:
+        return worker(a)
+    if a.smoke:
+        a.size_mib, a.procs, a.later = 48, 1, 1
+    global BIN_ENV
+    BIN_ENV = dict(os.environ, LD_LIBRARY_PATH=a.lib) if a.lib else None
+    skip = set(filter(None, a.skip.split(",")))
+    rows = []  # (name, group, first runs, later runs, reference name)
+
+    def step(name, fn):
+        if name in skip:
+            return None
+        t0 = time.time()
+        try:
+            r = fn()
+            print(f"gpu_table: {name} done in {time.time() - t0:.1f} s", flush=True)
+            return r
+        except Exception as e:  # a step that fails is reported and the rest still run
+            print(f"gpu_table: {name} FAILED: {e}", flush=True)
+            return None
+
+    with tempfile.TemporaryDirectory(prefix="gpu_table_") as tmp:
+        plain, st, enc, key = make_files(a, tmp)
+        ref = step("engine", lambda: engine_reference(a, plain)) or {}
+        digests = {}
+        for name, path, extra in [("CLI", plain, ()), ("CLI verified", plain, ("--verify",)),
+                                  ("CLI encrypted", enc, ("--decrypt-key-file", key)),
+                                  ("CLI safetensors", st, ())]:
+            r = step(name, lambda: cli_runs(a, path, a.procs, extra))
+            if r:
+                rows.append((name, r[0], r[1]))
+        r = step("C ABI", lambda: c_runs(a, plain, a.procs))
+        if r:
+            rows.append(("C ABI", r[0], r[1]))
+        py = [("Python", "ours", plain, False, None), ("Python verified", "ours", plain, True, None),
+              ("Python encrypted", "ours", enc, False, key),
+              ("tensorizer 2.11.1", "tensorizer", plain, False, None),
+              ("tensorizer 2.11.1 verified", "tensorizer", plain, True, None),
+              ("tensorizer 2.11.1 encrypted", "tensorizer", enc, False, key),
+              ("safetensors", "safetensors", st, False, None), ("Run:ai streamer", "runai", st, False, None),
+              ("fastsafetensors (no GDS)", "fastsafetensors", st, False, None),
+              ("torch pinned .to(cuda)", "torch_pinned", plain, False, None)]
+        for name, kind, path, verify, k in py:
+            r = step(name, lambda: python_runs(a, kind, path, a.procs, verify, k))
+            if r:
+                rows.append((name, r[0], r[1]))
+                if r[2]:
+                    digests[name] = r[2]
+    report(a, ref, rows, digests)
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def report(a, ref, rows, digests):
+    steady = ref.get("steady", float("nan"))
+    print(f"\n== GPU table: {a.size_mib} MiB, medians; first = first load in a fresh process, later = loads after it ==")
+    for k in ("limit", "bound", "pipe", "steady", "fresh_ctx"):
+        if k in ref:
+            print(f"  {k:<10} {ref[k]:7.2f} GB/s")
+    print(f"  {'loader':<30} {'first':>7} {'later':>7}  first/steady later/steady")
+    for name, first, later in rows:
+        print(f"  {name:<30} {med(first):7.2f} {med(later):7.2f}  {med(first) / steady:11.3f} {med(later) / steady:12.3f}")
+    groups = {}
+    for name, ds in digests.items():
+        groups.setdefault(frozenset(ds), []).append(name)
+    print(f"  content: {len(groups)} distinct digest set(s) over {len(digests)} Python loaders"
+          + ("" if len(groups) <= 1 else ": " + "; ".join(", ".join(v) for v in groups.values())))
+    if a.json:
+        from bench_json import entry, write_report
+        results = []
+        for group, pick in (("first load, fresh process", 1), ("later loads in the process", 2)):
+            if "steady" in ref:
+                results.append(entry(group, "engine steady state", [ref["steady"]], is_reference=True))
+            results += [entry(group, row[0], row[pick], reference="engine steady state") for row in rows if row[pick]]
+        write_report(a.json, "gpu_table", a.size_mib << 20, results)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+// The per-device context: an uploader made once, and a pool of pinned staging rings that loads
+// take and give back, so that no load pays for streams, threads or pinning.
+#include "tz/engine/device_context.hpp"
+
+#include "tz/engine/host_memory.hpp"
+
+#include <map>
+#include <string>
+#include <utility>
+
+namespace tz {
+
+namespace {
+
+// The ring's memory as pinned host memory; one allocation, made by the ring's constructor.
+class pinned_allocator final : public buffer_allocator {
+ public:
+  std::byte* allocate(std::size_t size_bytes) override {
+    auto b = cuda::alloc_pinned(size_bytes);
+    if (!b) throw exception(b.error());
+    buffer_ = std::move(*b);
+    return buffer_.data();
+  }
+  void deallocate(std::byte*, std::size_t) noexcept override { buffer_ = cuda::pinned_buffer(); }
+
+ private:
+  cuda::pinned_buffer buffer_;
+};
+
+result<void> check_ring(std::size_t slot_count, std::size_t slot_bytes) {
+  if (slot_count == 0 || slot_bytes == 0) {
+    return make_error(errc::invalid_argument, "load to device: the staging ring needs at least one slot of at least "
+                                              "one byte (slot_count " + std::to_string(slot_count) +
+                                                  ", slot_bytes " + std::to_string(slot_bytes) + ")");
+  }
+  if (slot_bytes > (std::size_t{1} << 40) / slot_count) {
+    return make_error(errc::invalid_argument, "load to device: a staging ring of " + std::to_string(slot_count) +
+                                                  " x " + std::to_string(slot_bytes) + " bytes is unreasonably large");
+  }
+  return {};
+}
+
+std::size_t ring_bytes(const lease_ring& r) noexcept { return r.slot_count() * r.slot_bytes(); }
+
+}  // namespace
+
+result<std::unique_ptr<lease_ring>> make_pinned_ring(std::size_t slot_count, std::size_t slot_bytes) {
+  TZ_CHECK(check_ring(slot_count, slot_bytes));
+  try {
+    return std::make_unique<lease_ring>(slot_count, slot_bytes + page_bytes, std::make_shared<pinned_allocator>());
+  } catch (const exception& e) {
+    return make_error(e.code(), std::string("staging ring: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::io, "staging ring: out of host memory");
+  }
+}
+
+pooled_ring::pooled_ring(pooled_ring&& other) noexcept
+    : owner_(std::exchange(other.owner_, nullptr)), ring_(std::move(other.ring_)) {}
+
+pooled_ring& pooled_ring::operator=(pooled_ring&& other) noexcept {
+  if (this != &other) {
+    give_back();
+    owner_ = std::exchange(other.owner_, nullptr);
+    ring_ = std::move(other.ring_);
+  }
+  return *this;
+}
+
+pooled_ring::~pooled_ring() { give_back(); }
+
+void pooled_ring::give_back() noexcept {
+  if (owner_ != nullptr && ring_) owner_->give_back(std::move(ring_));
+  owner_ = nullptr;
+  ring_.reset();
+}
+
+result<std::unique_ptr<device_context>> device_context::create(int device, int stream_count) {
+  TZ_TRY(up, cuda::uploader::create(device, stream_count));
+  return std::unique_ptr<device_context>(new device_context(std::move(up)));
+}
+
+result<device_context*> device_context::shared(int device) {
+  // Leaked on purpose (see the header): a heap map that no static destructor tears down.
+  static auto* const mutex = new std::mutex;
+  static auto* const contexts = new std::map<int, result<device_context*>>;
+  std::lock_guard lock(*mutex);
+  if (auto it = contexts->find(device); it != contexts->end()) return it->second;
+  auto made = create(device);
+  result<device_context*> entry = made ? result<device_context*>(made->release()) : result<device_context*>(made.error());
+  // A context that could not be made is not remembered when the device exists (a transient
+  // failure may pass); "no such device" and "no GPU" stay the answer for this process.
+  if (entry || entry.error().code == errc::no_device) contexts->emplace(device, entry);
+  return entry;
+}
+
+device_context::~device_context() = default;
+
+result<pooled_ring> device_context::take_ring(std::size_t slot_count, std::size_t slot_bytes) {
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+      if ((*it)->slot_count() == slot_count && (*it)->slot_bytes() == slot_bytes + page_bytes) {
+        auto ring = std::move(*it);
+        idle_.erase(it);
+        return pooled_ring(this, std::move(ring));
+      }
+    }
+  }
+  TZ_TRY(ring, make_pinned_ring(slot_count, slot_bytes));
+  std::lock_guard lock(mutex_);
+  pinned_bytes_ += ring_bytes(*ring);
+  return pooled_ring(this, std::move(ring));
+}
+
+result<void> device_context::reserve_ring(std::size_t slot_count, std::size_t slot_bytes) {
+  TZ_TRY(ring, take_ring(slot_count, slot_bytes));
+  return {};  // `ring` goes back to the pool here, idle for the next load
+}
+
+std::size_t device_context::pinned_bytes() const {
+  std::lock_guard lock(mutex_);
+  return pinned_bytes_;
+}
+
+void device_context::give_back(std::unique_ptr<lease_ring> ring) noexcept {
+  std::unique_ptr<lease_ring> freed;  // unpinned outside the lock
+  std::lock_guard lock(mutex_);
+  if (idle_.size() < idle_rings_max) {
+    idle_.push_back(std::move(ring));
+  } else {
+    pinned_bytes_ -= ring_bytes(*ring);
+    freed = std::move(ring);
+  }
+}
+
+}  // namespace tz

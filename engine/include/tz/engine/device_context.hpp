@@ -1,0 +1,98 @@
+// What device loads onto one GPU share for the life of a process: the uploader (its streams and
+// their completion threads) and the pinned staging rings. Made once and reused by every load on
+// that device, so a load pays for none of it; several loads may run on one context at once.
+#pragma once
+
+#include "tz/base/error.hpp"
+#include "tz/cuda/cuda.hpp"
+#include "tz/engine/lease_ring.hpp"
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace tz {
+
+class device_context;
+
+// A ring of `slot_count` pinned slots able to hold reads of `slot_bytes` (each slot is one page
+// larger, so that a read lands at its file offset modulo 4 KiB and O_DIRECT applies). Fails with
+// errc::no_device without a GPU, errc::cuda when the memory cannot be pinned,
+// errc::invalid_argument for an empty or absurdly large ring.
+result<std::unique_ptr<lease_ring>> make_pinned_ring(std::size_t slot_count, std::size_t slot_bytes);
+
+// A pinned ring taken from a context's pool for one load; destroying it gives the ring back (its
+// leases must all have been returned, which a finished load guarantees). Move-only.
+class pooled_ring {
+ public:
+  pooled_ring() noexcept = default;
+  pooled_ring(pooled_ring&& other) noexcept;
+  pooled_ring& operator=(pooled_ring&& other) noexcept;
+  pooled_ring(const pooled_ring&) = delete;
+  pooled_ring& operator=(const pooled_ring&) = delete;
+  ~pooled_ring();
+
+  lease_ring& ring() const noexcept { return *ring_; }
+  explicit operator bool() const noexcept { return ring_ != nullptr; }
+
+ private:
+  friend class device_context;
+  pooled_ring(device_context* owner, std::unique_ptr<lease_ring> ring) noexcept
+      : owner_(owner), ring_(std::move(ring)) {}
+  void give_back() noexcept;
+
+  device_context* owner_ = nullptr;
+  std::unique_ptr<lease_ring> ring_;
+};
+
+class device_context {
+ public:
+  // Creates `stream_count` streams on `device` (cuda::uploader::create); rings are made on first
+  // use or by reserve_ring(). Fails with errc::no_device (no GPU, a build without CUDA, a device
+  // that does not exist), errc::invalid_argument for a stream count outside the uploader's range.
+  static result<std::unique_ptr<device_context>> create(int device,
+                                                        int stream_count = cuda::uploader::default_stream_count);
+
+  // The context of `device` shared by every load of this process (the C++ facade, the C ABI and
+  // the Python module use it), made by the first call with the default stream count; thread-safe.
+  // It is never destroyed: tearing CUDA down from a static destructor can run after the runtime's
+  // own teardown, and an idle context holds only sleeping threads, pinned memory and streams, which
+  // the process's exit releases. Fails as create() does (and keeps failing for that device).
+  static result<device_context*> shared(int device);
+
+  device_context(const device_context&) = delete;
+  device_context& operator=(const device_context&) = delete;
+  // Waits for every copy in flight (the uploader's destructor); every pooled_ring must be gone.
+  ~device_context();
+
+  int device() const noexcept { return uploader_.device(); }
+  cuda::uploader& uploader() noexcept { return uploader_; }
+
+  // A ring of `slot_count` pinned slots able to hold reads of `slot_bytes` (make_pinned_ring), from
+  // the pool when one of that shape is idle, else made now (pinning costs about 10 ms per 64 MiB).
+  // The pool keeps what loads give back, at most idle_rings_max rings; loads running at once each
+  // hold their own. Fails as make_pinned_ring.
+  result<pooled_ring> take_ring(std::size_t slot_count, std::size_t slot_bytes);
+
+  // Makes a ring of this shape now unless one is idle, so that the next load finds it: callers
+  // that open a model first call it beside the open (the CLI does), taking pinning off the load.
+  result<void> reserve_ring(std::size_t slot_count, std::size_t slot_bytes);
+
+  // Pinned bytes held by this context's rings, idle and in use.
+  std::size_t pinned_bytes() const;
+
+  static constexpr std::size_t idle_rings_max = 4;
+
+ private:
+  friend class pooled_ring;
+  explicit device_context(cuda::uploader up) noexcept : uploader_(std::move(up)) {}
+  void give_back(std::unique_ptr<lease_ring> ring) noexcept;
+
+  cuda::uploader uploader_;
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<lease_ring>> idle_;  // rings no load holds
+  std::size_t pinned_bytes_ = 0;                   // of every ring made and not yet freed
+};
+
+}  // namespace tz
