@@ -34,7 +34,7 @@ run() {
 
 for bench in ${BENCHES:-load encrypted remote cache python}; do
   case $bench in
-    load) run load_bench -- "$build/bin/load_bench" --size-mib "$size" --runs "$runs" --peers \
+    load) run load_bench -- "$build/bin/load_bench" --size-mib "$size" --runs "$runs" \
             --json "$out/load_bench.json" ;;
     encrypted) run encrypted_load_bench TZ_BENCH_RUNS="$runs" -- "$build/bin/encrypted_load_bench" "$size" \
                  --json "$out/encrypted_load_bench.json" ;;
