@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the benchmarks behind README.md's tables with --json, then bench/charts.py on their output:
+# Runs the benchmarks behind docs/benchmarks.md's tables with --json, then bench/charts.py on their output:
 # OUT/NAME.json (every run), OUT/NAME.txt (what the bench printed), OUT/NAME.png (the chart, with
 # the command under it). Run it from a quiet machine; the charts are only as good as the runs.
 # usage: bench/make_charts.sh [BUILD_DIR=build] [OUT=bench/charts]
