@@ -2,8 +2,6 @@
 add_executable(load_bench ${CMAKE_CURRENT_SOURCE_DIR}/load_bench.cpp)
 target_link_libraries(load_bench PRIVATE tz::engine tz::backends)
 tz_target_defaults(load_bench)
-# Where --peers finds peers/*.py: __FILE__ is relative under ccache's base_dir rewriting.
-target_compile_definitions(load_bench PRIVATE TZ_BENCH_SOURCE_DIR="${CMAKE_CURRENT_SOURCE_DIR}")
 if(TZ_BUILD_TESTS)
   add_test(NAME load_bench_smoke COMMAND load_bench --smoke)
   # Its fixed-name temporary file is shared with charts_smoke (charts.cmake): one at a time.

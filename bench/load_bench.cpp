@@ -1,8 +1,11 @@
 // Question: how close to the limit is a load? Measures, in one run, the raw limit (plain pread
 // loops, 1 thread and one per core, into fresh and into pre-faulted memory; O_DIRECT for cold) and
 // the engine's load of the same file (warm and cold, fresh and existing destination), medians of
-// several runs, and prints the ratios. --peers also runs the real tensorizer and safetensors.
-// The verified load is measured against the N-core hashing limit of the same bytes (hash_limit.hpp).
+// several runs, and prints the ratios. The verified load is measured against the N-core hashing
+// limit of the same bytes (hash_limit.hpp). Other loaders (the real tensorizer, safetensors) are
+// compared in bench/python_load_bench.py, where every loader, ours included, gets one timed load
+// per fresh process into pre-touched memory: here the engine loads many times in one process, and
+// a Python peer timed that way would load into memory recycled by its allocator.
 // --json FILE also writes every run in the common schema (bench_json.hpp) for bench/charts.py.
 #include "tz/backends/file_source.hpp"
 #include "tz/format/writer.hpp"
@@ -19,7 +22,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -37,7 +39,6 @@ struct bench_args {
   std::uint64_t size_mib = 1024;
   int runs = 5;
   bool smoke = false;
-  bool peers = false;
   bool cold = true;
   std::string json;  // --json FILE: also write every run there (bench_json.hpp)
 };
@@ -119,7 +120,6 @@ const std::string warm_existing_group = "warm, existing memory";
 const std::string verify_group = "warm, fresh memory, --verify (vs hashing limit)";
 const std::string cold_fresh_group = "cold (page cache dropped), fresh memory";
 const std::string cold_existing_group = "cold (page cache dropped), existing memory";
-const std::string peers_group = "warm, fresh memory: vs Python loaders";
 
 // What the measurements of one run share.
 struct bench_context {
@@ -161,41 +161,14 @@ hash_limit_result measure_hash_limit(const tz::format::file_index& index, std::s
 
 void print_row(const result_row& r) { std::printf("  %-48s %7.2f GB/s\n", r.name.c_str(), r.gbps); }
 
-struct peer_result {
-  double gbps = 0;  // its "RESULT <gbps>" line: the median of its best setting
-  series runs;      // its "RESULT_RUNS g1 g2 ..." line: every run of that setting
-};
-
-// Runs a python peer script, echoing its output.
-peer_result run_peer(const std::string& script, const std::string& file, int runs) {
-  std::string cmd = "python3 " + script + " " + file + " --runs " + std::to_string(runs) + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return {};
-  char line[512];
-  peer_result r;
-  while (std::fgets(line, sizeof line, p)) {
-    std::fputs(("    | " + std::string(line)).c_str(), stdout);
-    if (std::strncmp(line, "RESULT ", 7) == 0) r.gbps = std::atof(line + 7);
-    if (std::strncmp(line, "RESULT_RUNS ", 12) == 0) {
-      char* at = line + 12;
-      for (char* end = nullptr;; at = end) {
-        const double g = std::strtod(at, &end);
-        if (end == at) break;
-        r.runs.gbps.push_back(g);
-      }
-    }
-  }
-  ::pclose(p);
-  if (r.runs.gbps.empty() && r.gbps > 0) r.runs.gbps.push_back(r.gbps);
-  r.runs.printed_median = r.gbps;  // its own median (statistics.median), as printed
-  return r;
-}
-
 bool parse(int argc, char** argv, bench_args& a) {
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
     if (s == "--smoke") a.smoke = true;
-    else if (s == "--peers") a.peers = true;
+    else if (s == "--peers") {
+      std::fprintf(stderr, "load_bench: --peers is gone: bench/python_load_bench.py compares the loaders\n");
+      return false;
+    }
     else if (s == "--no-cold") a.cold = false;
     else if (s == "--file" && i + 1 < argc) a.file = argv[++i];
     else if (s == "--size-mib" && i + 1 < argc) a.size_mib = std::strtoull(argv[++i], nullptr, 10);
@@ -206,7 +179,6 @@ bool parse(int argc, char** argv, bench_args& a) {
   if (a.smoke) {
     a.size_mib = 16;
     a.runs = 1;
-    a.peers = false;
   }
   return a.runs > 0 && a.size_mib > 0;
 }
@@ -278,7 +250,6 @@ std::function<std::uint64_t()> engine_existing(tz::scheduler& sched, tz::host_bu
 struct engine_warm_result {
   double fresh = 0, existing = 0, verify = 0, hash_limit = 0;
   bool hashes_ok = true;
-  series fresh_runs;
 };
 
 // The engine, warm (fresh memory, load_into, --verify), then the hashing limit the verified load
@@ -298,7 +269,7 @@ engine_warm_result measure_engine_warm(bench_context& c, std::shared_ptr<tz::fil
   const auto limit = measure_hash_limit(tz::loader::open_or_throw(c.sched, buffered).index(),
                                         c.existing.bytes().first(c.file_bytes), c.cores, c.a.runs);
   engine_warm_result r{fresh.median(), existing.median(), verify.median(),
-                       std::max(limit.split.median(), limit.fused.median()), limit.mismatches == 0, fresh};
+                       std::max(limit.split.median(), limit.fused.median()), limit.mismatches == 0};
   // Only an encrypted --file (hashes cover the plaintext) may differ; for ours it is a bug.
   if (limit.mismatches > 0)
     std::fprintf(stderr, "load_bench: hash limit: %zu tensors differ from their stored hashes\n", limit.mismatches);
@@ -361,23 +332,6 @@ cold_result measure_cold(bench_context& c, int dfd, std::shared_ptr<tz::file_sou
   return r;
 }
 
-// --peers: the real tensorizer and safetensors on the same file, beside the engine's warm fresh load.
-void run_peers(bench_context& c, const engine_warm_result& w) {
-  const std::string dir = std::string(TZ_BENCH_SOURCE_DIR) + "/peers/";
-  const peer_result tzr = run_peer(dir + "tensorizer_peer.py", c.a.file, c.a.runs);
-  const peer_result st = run_peer(dir + "safetensors_peer.py", c.a.file, c.a.runs);
-  std::printf("  real tensorizer (best num_readers)        %7.2f GB/s\n", tzr.gbps);
-  std::printf("  safetensors load_file (converted file)    %7.2f GB/s\n", st.gbps);
-  if (tzr.gbps > 0) {
-    std::printf("  engine warm fresh / tensorizer            %.2f  (>= 1.3)\n", w.fresh / tzr.gbps);
-    std::printf("  engine warm existing / tensorizer         %.2f  (>= 2.5)\n", w.existing / tzr.gbps);
-  }
-  const std::string real = "real tensorizer";
-  if (tzr.gbps > 0) c.report.reference(peers_group, real, tzr.runs, "best num_readers, one load per process");
-  c.report.result(peers_group, "engine (loader-owned memory)", w.fresh_runs, tzr.gbps > 0 ? real : "");
-  if (st.gbps > 0) c.report.result(peers_group, "safetensors", st.runs, tzr.gbps > 0 ? real : "", "converted file");
-}
-
 void print_ratios(const std::pair<double, double>& raw, const engine_warm_result& w, const cold_result& cold) {
   std::printf("ratios (target):\n");
   std::printf("  engine warm fresh / best raw fresh        %.2f  (>= 0.95)\n", w.fresh / raw.first);
@@ -395,7 +349,7 @@ void print_ratios(const std::pair<double, double>& raw, const engine_warm_result
 int main(int argc, char** argv) {
   bench_args a;
   if (!parse(argc, argv, a)) {
-    std::fprintf(stderr, "usage: load_bench [--smoke] [--file F] [--size-mib N] [--runs N] [--peers] [--no-cold] [--json F]\n");
+    std::fprintf(stderr, "usage: load_bench [--smoke] [--file F] [--size-mib N] [--runs N] [--no-cold] [--json F]\n");
     return 2;
   }
   bool generated = a.file.empty();
@@ -433,7 +387,6 @@ int main(int argc, char** argv) {
   ::close(fd);
   for (const auto& r : rows) print_row(r);
   print_ratios(raw, w, cold);
-  if (a.peers) run_peers(c, w);
   if (generated && a.smoke) std::filesystem::remove(a.file);
   return a.json.empty() || report.write(a.json) ? 0 : 1;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the benchmarks behind README.md's tables with --json, then bench/charts.py on their output:
+# Runs the benchmarks behind docs/benchmarks.md's tables with --json, then bench/charts.py on their output:
 # OUT/NAME.json (every run), OUT/NAME.txt (what the bench printed), OUT/NAME.png (the chart, with
 # the command under it). Run it from a quiet machine; the charts are only as good as the runs.
 # usage: bench/make_charts.sh [BUILD_DIR=build] [OUT=bench/charts]
@@ -34,7 +34,7 @@ run() {
 
 for bench in ${BENCHES:-load encrypted remote cache python}; do
   case $bench in
-    load) run load_bench -- "$build/bin/load_bench" --size-mib "$size" --runs "$runs" --peers \
+    load) run load_bench -- "$build/bin/load_bench" --size-mib "$size" --runs "$runs" \
             --json "$out/load_bench.json" ;;
     encrypted) run encrypted_load_bench TZ_BENCH_RUNS="$runs" -- "$build/bin/encrypted_load_bench" "$size" \
                  --json "$out/encrypted_load_bench.json" ;;

@@ -295,7 +295,7 @@ TEST_CASE("a server that keeps answering 503 exhausts the retry budget with a cl
   CHECK(server.ranges("/always503").size() == 4);
 }
 
-// Short limits so these run in seconds; the defaults are checked by hand (README, `tensorizer load`).
+// Short limits so these run in seconds; the defaults are checked by hand (docs/cli.md, `tensorizer load`).
 tz::http_options short_limits() {
   auto options = quick_options();
   options.first_byte_timeout = std::chrono::seconds(1);

@@ -1,6 +1,5 @@
 # Peer benchmark: the real tensorizer (PyPI) loading FILE or URL (http(s)://, s3://, redis://) to CPU;
-# prints GB/s per num_readers and "RESULT <best median GB/s>" for load_bench --peers and
-# remote_load_bench --peer.
+# prints GB/s per num_readers and "RESULT <best median GB/s>" for remote_load_bench --peer.
 #
 # Every timed load runs in a fresh process (this script re-invoked with --one), after an untimed
 # lazy load of one tensor (imports, torch start-up) and, for local files, after pre-touching memory

@@ -4,7 +4,7 @@ and signatures, and the exceptions raised for a table of bad inputs (python/test
 compat/surface.py dumps each package's surface in its own interpreter (both import as
 ``tensorizer``): the real one under the system interpreter (conftest's REAL_PYTHON, ``-s``, a
 scrubbed environment), ours under this one. compat/compare.py lists what differs. Every remaining
-difference is in KNOWN_DIFFERENCES below with its reason (README "Compatibility notes" lists the
+difference is in KNOWN_DIFFERENCES below with its reason (docs/compatibility.md lists the
 same); the test fails on a difference that is not in the table and on an entry that no longer
 differs, so the table stays true.
 """
@@ -293,7 +293,7 @@ def test_every_known_difference_still_differs(dumps):
     real, ours = dumps
     diffs = differences(real, ours)
     stale = sorted(k for k in KNOWN_DIFFERENCES if k not in diffs)
-    assert not stale, "these no longer differ; remove them from KNOWN_DIFFERENCES (and the README):\n" + "\n".join(
+    assert not stale, "these no longer differ; remove them from KNOWN_DIFFERENCES (and docs/compatibility.md):\n" + "\n".join(
         f"  {k!r}" for k in stale)
 
 

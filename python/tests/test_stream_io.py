@@ -464,7 +464,7 @@ def silent_server():
     listener.close()
 
 
-# Short limits so the tests take seconds; the defaults are measured by hand (README).
+# Short limits so the tests take seconds; the defaults are measured by hand (docs/cli.md).
 QUICK_TIMEOUTS = {"connect_timeout": 1, "first_byte_timeout": 1, "stall_timeout": 1, "give_up_after": 2.5}
 
 

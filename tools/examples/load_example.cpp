@@ -1,4 +1,4 @@
-// The README's embedding example, compiled with the build so it cannot rot: open a .tensors (or
+// docs/embedding.md's example of the engine's own API, compiled with the build so it cannot rot: open a .tensors (or
 // safetensors) file, list its tensors, load a filtered subset into host memory, read one tensor.
 #include "tz/backends/file_source.hpp"
 #include "tz/engine/loader.hpp"

@@ -180,7 +180,7 @@ struct tensor_info {
   std::uint64_t offset = 0;          // where its stored data starts in the file
 };
 
-// Where the time of a load went, in seconds (see the README's timing table). Wall clock: open_s
+// Where the time of a load went, in seconds (engine/DESIGN.md, "Timings and rates"). Wall clock: open_s
 // (at model::open), prepare_s, transfer_s, total_s = prepare_s + transfer_s. The others are
 // worker-seconds summed over readers, so they can exceed total_s.
 struct load_timings {
