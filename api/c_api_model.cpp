@@ -138,6 +138,13 @@ tz_status tz_model_load_into(const tz_model* model, const char* const* names, vo
   });
 }
 
+tz_status tz_prepare_device(int device, int verify) {
+  return tz_c::guarded("tz_prepare_device", [&] {
+    auto ready = tensorizer::prepare_device(device, verify != 0);
+    return ready ? TZ_OK : fail(ready.error());
+  });
+}
+
 tz_status tz_model_load_to_device(const tz_model* model, int device, const char* const* names, size_t count,
                                   tz_device_tensors** out) {
   TZ_C_REQUIRE(model && out, "tz_model_load_to_device");

@@ -181,4 +181,12 @@ result<load_timings> model::verify(const std::vector<std::string>& names) const 
   });
 }
 
+result<void> prepare_device(int device, bool verify) {
+  return detail::guarded("prepare_device", [&]() -> result<void> {
+    auto ready = tz::device_context::prepare_shared(device, verify);
+    if (!ready) return from_tz(ready.error());
+    return {};
+  });
+}
+
 }  // namespace tensorizer

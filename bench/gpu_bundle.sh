@@ -17,10 +17,12 @@ mkdir -p "$out/bin" "$out/lib" "$out/ours/tensorizer" "$out/whl"
 bins=(tensorizer gpu_load_bench c_load_bench cuda_test device_load_test api_test)
 cmake --build "$build" --target "${bins[@]}" tensorizer_shared
 for b in "${bins[@]}"; do strip --strip-debug -o "$out/bin/$b" "$build/bin/$b"; done
-cp -L "$build"/lib/libtensorizer.so* "$out/lib/" 2>/dev/null || true
+# libtensorizer under its soname (what c_load_bench and api_test ask the loader for).
+soname=$(objdump -p "$build/lib/libtensorizer.so" | awk '$1 == "SONAME" {print $2}')
+strip --strip-debug -o "$out/lib/$soname" "$(readlink -f "$build/lib/libtensorizer.so")"
 # What the binaries need that the GPU image lacks (libcudart comes from there for C++ programs too,
 # but the bundled one keeps them independent of where the image keeps it).
-for lib in liburing.so.2 libhiredis.so.0.14 libsodium.so.23 libisal.so.2 libcudart.so.13; do
+for lib in liburing.so.2 libhiredis.so.0.14 libsodium.so.23 libisal.so.2 libcudart.so.13 libssl.so.3 libcrypto.so.3; do
   path=$(ldd "$build/bin/tensorizer" | awk -v l="$lib" '$1 == l {print $3}')
   [ -n "$path" ] && cp -L "$path" "$out/lib/"
 done

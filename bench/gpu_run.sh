@@ -9,7 +9,8 @@ shift 2
 mkdir -p "$out" /tmp/peers
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/peers "$bundle"/whl/*.whl >"$out/pip.log" 2>&1
 # C++ programs take the bundled libraries; Python processes get all but libcudart (torch loads its own).
-mkdir -p /tmp/pylib && cp "$bundle"/lib/lib{uring,hiredis,sodium,isal}* /tmp/pylib/ 2>/dev/null
+mkdir -p /tmp/pylib && cp "$bundle"/lib/lib{uring,hiredis,sodium,isal,ssl,crypto}* /tmp/pylib/ 2>/dev/null
+ln -sf libsodium.so.23 /tmp/pylib/libsodium.so  # libnacl (tensorizer 2.11.1) asks for the unversioned name
 export LD_LIBRARY_PATH=$bundle/lib
 cd "$(mktemp -d)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"

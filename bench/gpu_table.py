@@ -137,8 +137,13 @@ def python_runs(a, kind, path, procs, verify=False, key=None):
     return firsts, laters, digests
 
 
+def program(a, name):
+    """Our program `name` in --bin (its build on the CUDA emulation with --emulated)."""
+    return os.path.join(a.bin, name + ("_emulated" if a.emulated else ""))
+
+
 def cli_runs(a, path, procs, extra=()):
-    cli = os.path.join(a.bin, "tensorizer")
+    cli = program(a, "tensorizer")
     firsts, laters = [], []
     for _ in range(procs):
         rep = json.loads(sh([cli, "load", "--device", "cuda:0", "--json", "--repeat", str(1 + a.later), *extra, path],
@@ -158,7 +163,8 @@ def c_runs(a, path, procs):
 
 
 def engine_reference(a, path):
-    out = sh([os.path.join(a.bin, "gpu_load_bench"), "--file", path, "--runs", "5", "--no-cold"], a.step_timeout)
+    runs = "2" if a.smoke else "5"
+    out = sh([program(a, "gpu_load_bench"), "--file", path, "--runs", runs, "--no-cold"], a.step_timeout)
     sys.stdout.write(out)
     ref = {}
     for key, pat in [("limit", r"^limit\s+([\d.]+)"), ("bound", r"bound min\(limit, that\) ([\d.]+)"),
@@ -204,7 +210,10 @@ def main():
     ap.add_argument("--step-timeout", type=float, default=240)
     ap.add_argument("--skip", default="", help="comma-separated steps to leave out")
     ap.add_argument("--json", help="write tz-bench/1 JSON here")
-    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, one process per loader")
+    ap.add_argument("--emulated", action="store_true",
+                    help="no GPU: the CLI and gpu_load_bench built on the CUDA emulation (NAME_emulated); "
+                         "the C ABI and Python steps are left out")
     a = ap.parse_args()
     if a.worker:
         return worker(a)
@@ -213,7 +222,10 @@ def main():
     global BIN_ENV
     BIN_ENV = dict(os.environ, LD_LIBRARY_PATH=a.lib) if a.lib else None
     skip = set(filter(None, a.skip.split(",")))
-    rows = []  # (name, group, first runs, later runs, reference name)
+    if a.emulated:
+        skip |= {"C ABI", "python"}
+    rows = []  # (name, first-load runs, later-load runs)
+    failed = []
 
     def step(name, fn):
         if name in skip:
@@ -225,6 +237,7 @@ def main():
             return r
         except Exception as e:  # a step that fails is reported and the rest still run
             print(f"gpu_table: {name} FAILED: {e}", flush=True)
+            failed.append(name)
             return None
 
     with tempfile.TemporaryDirectory(prefix="gpu_table_") as tmp:
@@ -248,13 +261,17 @@ def main():
               ("safetensors", "safetensors", st, False, None), ("Run:ai streamer", "runai", st, False, None),
               ("fastsafetensors (no GDS)", "fastsafetensors", st, False, None),
               ("torch pinned .to(cuda)", "torch_pinned", plain, False, None)]
-        for name, kind, path, verify, k in py:
+        for name, kind, path, verify, k in ([] if "python" in skip else py):
             r = step(name, lambda: python_runs(a, kind, path, a.procs, verify, k))
             if r:
                 rows.append((name, r[0], r[1]))
                 if r[2]:
                     digests[name] = r[2]
     report(a, ref, rows, digests)
+    if failed:
+        print(f"gpu_table: {len(failed)} step(s) failed: {', '.join(failed)}")
+    agree = len({frozenset(d) for d in digests.values()}) <= 1
+    return 1 if failed or not agree else 0
 
 
 def med(xs):

@@ -8,6 +8,7 @@
 #include "tz/engine/wait_group.hpp"
 
 #include <algorithm>
+#include <future>
 
 namespace tz {
 
@@ -26,11 +27,57 @@ struct device_layout {
   }
 };
 
+// Enqueues the zero-fill of the meta tensors (they have no stored bytes) on the streams; the load
+// waits for the tickets after its copies, so the fills overlap the first reads.
+result<std::vector<cuda::upload_ticket>> zero_meta(cuda::uploader& up, std::span<const format::tensor_entry* const> selected,
+                                                   cuda::device_buffer& dst, const device_layout& layout) {
+  std::vector<cuda::upload_ticket> tickets;
+  for (std::size_t t = 0; t < selected.size(); ++t) {
+    const auto& e = *selected[t];
+    if (!e.is_meta()) continue;
+    TZ_TRY(ticket, up.fill_zero(dst, layout.offsets[t], e.deserialized_bytes));
+    tickets.push_back(std::move(ticket));
+  }
+  return tickets;
+}
+
+// The load's device memory, allocated on a thread of its own while the first reads land in the
+// ring: in a fresh process the first cudaMalloc of gigabytes takes tens of milliseconds. The meta
+// tensors' zero-fills are enqueued right after it. The first copies wait in get().
+class device_destination {
+ public:
+  struct made {
+    std::shared_ptr<cuda::device_buffer> buffer;
+    std::vector<std::shared_ptr<cuda::upload_ticket>> fills;  // shared: a shared_future copies
+    double alloc_s = 0;
+  };
+
+  device_destination(cuda::uploader& up, std::span<const format::tensor_entry* const> selected,
+                     const device_layout& layout)
+      : made_(std::async(std::launch::async, [&up, selected, &layout] { return make(up, selected, layout); }).share()) {}
+
+  // Blocks until the allocation (and the fills' enqueueing) is done; its outcome. Thread-safe.
+  const result<made>& get() const { return made_.get(); }
+
+ private:
+  static result<made> make(cuda::uploader& up, std::span<const format::tensor_entry* const> selected,
+                           const device_layout& layout) {
+    const auto t0 = pipeline_clock::now();
+    TZ_TRY(buffer, cuda::alloc_device(up.device(), layout.bytes));
+    made out{std::make_shared<cuda::device_buffer>(std::move(buffer)), {}, seconds_of(nanoseconds_since(t0))};
+    TZ_TRY(tickets, zero_meta(up, selected, *out.buffer, layout));
+    for (auto& t : tickets) out.fills.push_back(std::make_shared<cuda::upload_ticket>(std::move(t)));
+    return out;
+  }
+
+  std::shared_future<result<made>> made_;
+};
+
 // The device sink: room is a ring slot; delivery is one batched copy of the range's data pieces
 // on one stream, whose completion returns the slot: never a synchronize per tensor.
 class device_sink final : public sink {
  public:
-  device_sink(pipeline& p, cuda::uploader& up, lease_ring& ring, cuda::device_buffer& dst, const device_layout& layout)
+  device_sink(pipeline& p, cuda::uploader& up, lease_ring& ring, device_destination& dst, const device_layout& layout)
       : p_(p), up_(up), ring_(ring), dst_(dst), layout_(layout) {}
 
   task<result<lease>> reserve() override {
@@ -57,11 +104,13 @@ class device_sink final : public sink {
         pieces.push_back({where.pieces[k], layout_.offsets[piece.tensor] + piece.data_begin_bytes});
     }
     if (pieces.empty()) return {};  // only headers (data-less tensors): the lease returns here
+    const auto& made = dst_.get();  // the first copies wait here for the allocation
+    if (!made) return made.error();
     // upload_callback is a std::function, which needs a copyable callable: share the lease.
     auto held = std::make_shared<lease>(std::move(where.held));
     uploads_.add();
     const auto t0 = pipeline_clock::now();
-    auto ticket = up_.upload(pieces, dst_, [this, held](result<void> done) {
+    auto ticket = up_.upload(pieces, *made->buffer, [this, held](result<void> done) {
       if (!done) p_.fail(done.error());
       held->reset();
       uploads_.done();
@@ -90,31 +139,17 @@ class device_sink final : public sink {
   pipeline& p_;
   cuda::uploader& up_;
   lease_ring& ring_;
-  cuda::device_buffer& dst_;
+  device_destination& dst_;
   const device_layout& layout_;
   wait_group uploads_;  // copies in flight
   std::atomic<std::size_t> slots_out_max_{0};
 };
 
-// Enqueues the zero-fill of the meta tensors (they have no stored bytes) on the streams; the load
-// waits for the tickets after its copies, so the fills overlap the first reads.
-result<std::vector<cuda::upload_ticket>> zero_meta(cuda::uploader& up, const pipeline& p, cuda::device_buffer& dst,
-                                                   const device_layout& layout) {
-  std::vector<cuda::upload_ticket> tickets;
-  for (std::size_t t = 0; t < p.selected.size(); ++t) {
-    const auto& e = *p.selected[t];
-    if (!e.is_meta()) continue;
-    TZ_TRY(ticket, up.fill_zero(dst, layout.offsets[t], e.deserialized_bytes));
-    tickets.push_back(std::move(ticket));
-  }
-  return tickets;
-}
-
 // Waits for every ticket (all of them, also after a failure: none may be left in flight).
-result<void> wait_all(cuda::uploader& up, const std::vector<cuda::upload_ticket>& tickets) {
+result<void> wait_all(cuda::uploader& up, const std::vector<std::shared_ptr<cuda::upload_ticket>>& tickets) {
   result<void> first;
   for (const auto& t : tickets) {
-    auto ok = up.wait(t);
+    auto ok = up.wait(*t);
     if (!ok && first) first = ok;
   }
   return first;
@@ -172,6 +207,13 @@ task<result<unsigned>> prepare_device(scheduler& sched, pipeline& p, const loade
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
+result<void> device_context::prepare_shared(int device, bool verify) {
+  TZ_TRY(ctx, shared(device));
+  device_load_options shape;
+  shape.verify = verify;
+  return ctx->reserve_ring(shape.slots(), shape.slot_bytes);
+}
+
 task<result<device_tensors>> async_load_to_device(scheduler& sched, device_context& ctx, const loader& opened,
                                                   std::vector<std::size_t> which, device_load_options options) {
   const auto t0 = pipeline_clock::now();
@@ -185,20 +227,19 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   p.options = &options;
   TZ_CO_TRY(readers, co_await prepare_device(sched, p, opened, std::move(which), options, ring.ring()));
   const device_layout layout(p.selected);
-  const auto t_alloc = pipeline_clock::now();
-  TZ_CO_TRY(buffer, cuda::alloc_device(ctx.device(), layout.bytes));
-  t.alloc_s = seconds_of(nanoseconds_since(t_alloc));
-  auto owned = std::make_shared<cuda::device_buffer>(std::move(buffer));
   cuda::uploader& up = ctx.uploader();
-  TZ_CO_TRY(fills, zero_meta(up, p, *owned, layout));
-  device_sink to(p, up, ring.ring(), *owned, layout);
+  device_destination dst(up, p.selected, layout);
+  device_sink to(p, up, ring.ring(), dst, layout);
   p.out = &to;
   t.prepare_s = seconds_of(nanoseconds_since(t0));
   const auto t1 = pipeline_clock::now();
   auto ran = co_await run_pipeline(sched, p, readers);
-  auto filled = wait_all(up, fills);  // also after a failure: no fill may outlive the buffer
+  const auto& made = dst.get();  // also after a failure: no fill may outlive the buffer
+  auto filled = made ? wait_all(up, made->fills) : result<void>();
   TZ_CO_CHECK(ran);
+  TZ_CO_CHECK(made);
   TZ_CO_CHECK(filled);
+  t.alloc_s = made->alloc_s;
   t.transfer_s = seconds_of(nanoseconds_since(t1));
   t.total_s = seconds_of(nanoseconds_since(t0));
   t.open_s = opened.open_seconds();
@@ -207,7 +248,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   t.decrypt_s = seconds_of(p.counters.decrypt_ns);
   t.upload_s = seconds_of(p.counters.upload_ns);
   t.wait_s = seconds_of(p.counters.wait_ns);
-  co_return device_load_access::make(p, layout, std::move(owned), t, ring.ring(), to.slots_out_max());
+  co_return device_load_access::make(p, layout, made->buffer, t, ring.ring(), to.slots_out_max());
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

@@ -33,6 +33,10 @@ if(TZ_BUILD_BENCH)
   target_link_libraries(gpu_load_bench_emulated PRIVATE tz_emulated_stack)
   tz_target_defaults(gpu_load_bench_emulated)
   add_test(NAME gpu_load_bench_emulated_smoke COMMAND gpu_load_bench_emulated --smoke --configs 8x2,2x4:1)
+  # The GPU table's script on the emulation (CLI plain, verified, encrypted, safetensors; the engine
+  # reference), so that it cannot rot between GPU runs.
+  add_test(NAME gpu_table_emulated_smoke COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/gpu_table.py
+           --bin ${CMAKE_BINARY_DIR}/bin --smoke --emulated)
 endif()
 
 # The CLI on the emulation: `load --device` runs in CI without a GPU.

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace emu = tz::cuda::emulation;
@@ -257,6 +258,40 @@ TEST_CASE("the ring path uploads only from pinned memory and holds no more of it
     REQUIRE(ok(again));
     CHECK(emu::snapshot().host_allocations == 1);
     CHECK(emu::snapshot().host_bytes_max - before.host_bytes <= t->ring_bytes());
+  }
+  check_nothing_alive();
+}
+
+TEST_CASE("one device context serves concurrent loads, each with a ring of its own, and later loads reuse them") {
+  emulation_case scope;
+  {
+    tz::scheduler sched(2);
+    auto ctx = tz::device_context::create(0, 2).value();
+    tz::device_load_options o;
+    o.slot_count = 3;
+    o.slot_bytes = 256 * kib;
+    const auto a = write_floats(9, 300 * kib), b = write_floats(5, 500 * kib);
+    constexpr int loads_per_thread = 6;
+    std::atomic<int> good{0};
+    auto loop = [&](const std::vector<std::byte>& file, std::size_t base, const char* name) {
+      for (int k = 0; k < loads_per_thread; ++k) {
+        auto t = load(sched, *ctx, std::make_shared<tz::memory_source>(file, name), o);
+        if (t && all_floats_match(*t, base)) ++good;
+      }
+    };
+    std::thread first(loop, std::cref(a), 300 * kib, "mem-a"), second(loop, std::cref(b), 500 * kib, "mem-b");
+    first.join();
+    second.join();
+    CHECK(good.load() == 2 * loads_per_thread);
+    // At most one ring per load running at once: two, never one per load.
+    const std::size_t ring_bytes = 3 * (256 * kib + tz::page_bytes);
+    CHECK(ctx->pinned_bytes() >= ring_bytes);
+    CHECK(ctx->pinned_bytes() <= 2 * ring_bytes);
+    const auto before = emu::snapshot().host_allocations;
+    auto again = load(sched, *ctx, std::make_shared<tz::memory_source>(a, "mem-a"), o);
+    REQUIRE(ok(again));
+    CHECK(all_floats_match(*again, 300 * kib));
+    CHECK(emu::snapshot().host_allocations == before);  // an idle ring was taken, none made
   }
   check_nothing_alive();
 }

@@ -162,14 +162,22 @@ tz_status tz_model_load_one(const tz_model* model, const char* name, tz_host_ten
 tz_status tz_model_load_into(const tz_model* model, const char* const* names, void* const* buffers,
                              const uint64_t* sizes, size_t count, tz_timings* timings);
 /* Loads `count` named tensors (NULL / 0: all) onto CUDA device `device` through pinned staging
- * buffers. Completes when every copy has finished; *out owns the device memory. Fails as
- * tz_model_load, plus TZ_ERR_NO_DEVICE (no GPU, or no CUDA in this build) and TZ_ERR_CUDA. */
+ * buffers. Completes when every copy has finished; *out owns the device memory. The process's
+ * context of the device (streams, completion threads, pinned ring) is made by the first device
+ * load or by tz_prepare_device and reused by every later one. Fails as tz_model_load, plus
+ * TZ_ERR_NO_DEVICE (no GPU, or no CUDA in this build) and TZ_ERR_CUDA. */
 tz_status tz_model_load_to_device(const tz_model* model, int device, const char* const* names, size_t count,
                                   tz_device_tensors** out);
 /* Reads `count` named tensors (NULL / 0: all), decrypting and checking each stored hash through a
  * bounded reused buffer; keeps nothing. TZ_OK when all match, else the first error
  * (TZ_ERR_HASH_MISMATCH naming the tensor). `timings` may be NULL. */
 tz_status tz_model_verify(const tz_model* model, const char* const* names, size_t count, tz_timings* timings);
+
+/* Makes this process's context of CUDA device `device` now (CUDA context, streams, completion
+ * threads, a pinned staging ring; for verified loads too when `verify` is non-zero), so that the
+ * first tz_model_load_to_device finds it ready. Optional; thread-safe; a second call costs
+ * nothing. Fails with TZ_ERR_NO_DEVICE or TZ_ERR_CUDA. */
+tz_status tz_prepare_device(int device, int verify);
 
 /* ---- Loaded tensors ----------------------------------------------------------------------- */
 

@@ -2,6 +2,7 @@
 #include "common.hpp"
 
 #include "tz/cuda/cuda.hpp"
+#include "tz/engine/device_context.hpp"
 
 #include <pybind11/stl.h>
 
@@ -144,6 +145,19 @@ PYBIND11_MODULE(_C, m) {
     auto n = tz::cuda::device_count();
     return n ? *n : 0;
   });
+  m.def(
+      "prepare_device",
+      [](int device, bool verify) {
+        tz::result<void> ready;
+        {
+          pybind11::gil_scoped_release release;
+          ready = tz::device_context::prepare_shared(device, verify);
+        }
+        py::take(std::move(ready));  // raised with the GIL held again
+      },
+      pybind11::arg("device"), pybind11::arg("verify") = false,
+      "Makes the process's context of CUDA device `device` (streams, completion threads, a pinned "
+      "staging ring) now, so that the first load to it finds it ready.");
   py::register_keys(m);
   py::register_source(m);
   py::register_reader(m);

@@ -680,6 +680,13 @@ def _open_source(file_obj) -> _OpenedSource:
     return _OpenedSource(_C.Source.from_buffer(data), base=pos, stream=file_obj, kind="buffer")
 
 
+def _prepare_device_quietly(device: int, verify: bool) -> None:
+    """Makes the engine's context of CUDA device `device` ahead of the first load. A failure is
+    left for that load to report: it recurs there, with the load's own error."""
+    with contextlib.suppress(Exception):
+        _C.prepare_device(device, verify)
+
+
 def _open_reader(opened: _OpenedSource):
     if opened.kind == "checkpoint":
         # One native reader over every shard: its index is checked against them, and loads plan
@@ -825,6 +832,16 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
             if num_readers < 1:
                 raise ValueError("num_readers must be positive")
 
+        # The device's context (streams, completion threads, pinned ring) is made on a thread of
+        # its own while the file opens, so the first load finds it ready (_load joins it).
+        self._preparing = None
+        engine_device = self._engine_device(device)
+        if engine_device >= 0:
+            self._preparing = threading.Thread(
+                target=_prepare_device_quietly, args=(engine_device, self._verify_hash), daemon=True
+            )
+            self._preparing.start()
+
         # Source and index
         self._opened = _open_source(file_obj)
         self._reader = reader = _open_reader(self._opened)
@@ -963,6 +980,10 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         reader = self._require_open()
         target = self._target_device()
         dev = self._engine_device(target)
+        if self._preparing is not None:
+            # A failure there recurs, reported, in the load itself.
+            self._preparing.join()
+            self._preparing = None
         kwargs = {"verify": bool(verify), "decryption": self._decryption}
         if dev >= 0:
             kwargs["device"] = dev

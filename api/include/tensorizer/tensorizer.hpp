@@ -279,8 +279,11 @@ class model {
   // errc::invalid_argument for a buffer of the wrong size. On failure the buffers hold partial data.
   result<load_timings> load_into(const std::vector<destination>& dst) const;
   // Loads every tensor (names empty) or the named ones into one allocation on CUDA device `device`
-  // through a bounded ring of pinned staging buffers. Completes when every copy has finished.
-  // Fails as load() does, plus errc::no_device (no GPU, or a build without CUDA) and errc::cuda.
+  // through a bounded ring of pinned staging buffers. Completes when every copy has finished. The
+  // process's context of that device (CUDA streams, their completion threads, the pinned ring) is
+  // made by the first device load, or by prepare_device(), and reused by every later one, from any
+  // model and thread; loads may run concurrently. Fails as load() does, plus errc::no_device (no
+  // GPU, or a build without CUDA) and errc::cuda.
   result<device_tensors> load_to_device(int device, const std::vector<std::string>& names = {}) const;
   // Reads every tensor (names empty) or the named ones, decrypting and checking each stored hash,
   // through a bounded reused buffer (at most 256 MiB, or the largest tensor): nothing is kept.
@@ -294,5 +297,12 @@ class model {
   explicit model(std::shared_ptr<const impl> p) noexcept : p_(std::move(p)) {}
   std::shared_ptr<const impl> p_;
 };
+
+// Makes this process's context of CUDA device `device` now: the CUDA context, streams, completion
+// threads and a pinned staging ring (for verified loads too when `verify`), so that the first
+// load_to_device finds them ready. Optional: call it at start-up, e.g. on a thread of its own
+// beside model::open. Thread-safe; a second call costs nothing. Fails with errc::no_device (no
+// GPU, a build without CUDA, a device that does not exist) and errc::cuda.
+result<void> prepare_device(int device, bool verify = false);
 
 }  // namespace tensorizer

@@ -61,6 +61,11 @@ class device_context {
   // the process's exit releases. Fails as create() does (and keeps failing for that device).
   static result<device_context*> shared(int device);
 
+  // shared(device), then a ring of the default shape for a plain (verify false) or verified load
+  // reserved in it: everything a first load on that device would otherwise make itself. For
+  // callers that know the device before they open a model (the facade's prepare_device, Python).
+  static result<void> prepare_shared(int device, bool verify = false);
+
   device_context(const device_context&) = delete;
   device_context& operator=(const device_context&) = delete;
   // Waits for every copy in flight (the uploader's destructor); every pooled_ring must be gone.

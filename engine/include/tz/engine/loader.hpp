@@ -47,7 +47,7 @@ struct load_timings {
   double upload_s = 0;    // device loads: enqueuing copies
   double wait_s = 0;      // device loads: waiting for a free ring slot, and the final drain of copies
   double ring_s = 0;      // device loads: taking a pinned ring (0 when the context had one idle)
-  double alloc_s = 0;     // device loads: allocating the device memory (inside prepare_s)
+  double alloc_s = 0;     // device loads: allocating the device memory (on a thread of its own, beside the first reads)
 };
 
 // What every load takes, whatever its sink (host memory or a device): reads, checks, keys, progress.
