@@ -11,8 +11,12 @@
 // to the device, which shows how much each slows the other on this host's memory.
 // Without --file it writes a synthetic .tensors file. Exits 77 without a GPU.
 #include "tz/engine/device_load.hpp"
+#include "tz/engine/host_memory.hpp"
 #include "tz/backends/file_source.hpp"
 #include "tz/format/writer.hpp"
+#include "tz/base/posix_io.hpp"
+
+#include "hash_limit.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -70,6 +74,7 @@ struct options {
 
 options parse(int argc, char** argv) {
   options o;
+  bool slots_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : (usage(), nullptr); };
@@ -82,7 +87,7 @@ options parse(int argc, char** argv) {
       o.runs = 1;
     } else if (a == "--file") o.file = next();
     else if (a == "--size-mib") o.size_bytes = num() * mib;
-    else if (a == "--slots") o.slot_count = num();
+    else if (a == "--slots") o.slot_count = num(), slots_given = true;
     else if (a == "--slot-mib") o.slot_bytes = num() * mib;
     else if (a == "--readers") o.readers = static_cast<unsigned>(num());
     else if (a == "--threads") o.threads = static_cast<unsigned>(num());
@@ -112,6 +117,8 @@ options parse(int argc, char** argv) {
     }
     else usage();
   }
+  // A verified load's default ring is larger (device_load_options::slots()): more tensors hash at once.
+  if (o.verify && !slots_given) o.slot_count = tz::device_load_options::verified_slot_count;
   return o;
 }
 
@@ -376,6 +383,51 @@ double memcpy_gbps(unsigned threads, std::size_t size_bytes) {
   return static_cast<double>(each) * rounds * threads / s / 1e9;
 }
 
+// The N-core hashing limit of the file's tensors from memory (hash_limit.hpp): what a verified
+// load can reach at best on this host. The better of the split and fused schedules, each the
+// median of three runs, in data bytes per second.
+double hash_limit_gbps(const options& o, tz::scheduler& sched) {
+  auto file = tz::unwrap(tz::mapped_file::open(o.file));
+  auto opened = tz::unwrap(tz::loader::open(sched, tz::unwrap(tz::file_source::open(o.file))));
+  std::vector<tz::format::tensor_header> headers;
+  const auto tensors = tz::bench::hashed_tensors(opened.index(), file.bytes(), headers);
+  std::uint64_t bytes = 0;
+  for (const auto& t : tensors) bytes += t.data.size();
+  double best = 0;
+  for (int schedule = 0; schedule < 2; ++schedule) {
+    std::vector<double> runs;
+    for (int k = 0; k < 3; ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto r = schedule == 0 ? tz::bench::hash_split(tensors, sched.thread_count())
+                                   : tz::bench::hash_fused(tensors, sched.thread_count());
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r.mismatches(tensors) != 0) throw std::runtime_error("hash limit: stored hashes do not match");
+      runs.push_back(static_cast<double>(bytes) / s / 1e9);
+    }
+    std::sort(runs.begin(), runs.end());
+    best = std::max(best, runs[1]);
+  }
+  return best;
+}
+
+// Milliseconds to pin a ring's worth of memory two ways: cudaHostAlloc, and anonymous huge-page
+// memory faulted in and then registered (cudaHostRegister: what make_pinned_ring does).
+std::pair<double, double> pin_ms(std::size_t bytes) {
+  auto ms_since = [](auto t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  { auto b = tz::unwrap(tz::cuda::alloc_pinned(bytes)); }
+  const double host_alloc = ms_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  {
+    tz::host_buffer memory(bytes, true);
+    tz::prefault(memory.bytes());
+    auto b = tz::unwrap(tz::cuda::register_pinned(memory.bytes()));
+  }
+  return {host_alloc, ms_since(t0)};
+}
+
 void print(const char* what, const run_result& r, double limit) {
   const auto& t = r.timings;
   std::printf("%-12s %7.2f GB/s  %.3fx limit | total %.3f s, prepare %.3f s | worker-s: read %.3f verify %.3f "
@@ -408,6 +460,15 @@ int main(int argc, char** argv) {
   const double bound = std::min(limit, copy * 2 / 3);
   std::printf("mem   %7.2f GB/s  host memcpy on %u threads (a read and a write per byte); three passes per loaded "
               "byte allow %.2f GB/s; bound min(limit, that) %.2f GB/s\n", copy, sched.thread_count(), copy * 2 / 3, bound);
+  const auto [host_alloc_ms, register_ms] = pin_ms(o.slot_count * o.slot_bytes);
+  std::printf("pin   %.1f ms cudaHostAlloc, %.1f ms huge pages + populate + cudaHostRegister (the ring's way), "
+              "%zu MiB (alloc and free)\n", host_alloc_ms, register_ms, o.slot_count * o.slot_bytes / mib);
+  double hash_limit = 0;
+  if (o.verify) {
+    hash_limit = hash_limit_gbps(o, sched);
+    std::printf("hash  %7.2f GB/s  N-core hash limit: every tensor's CRC32 + SHA-256 from memory on %u threads\n",
+                hash_limit, sched.thread_count());
+  }
   const unsigned n = sched.thread_count();
   const double read_warm = read_limit_gbps(o, n, false).gbps;
   std::printf("read  %7.2f GB/s  page cache -> pinned slots, pread on %u threads, no upload\n", read_warm, n);
@@ -434,6 +495,7 @@ int main(int argc, char** argv) {
     print("warm ring", warm, limit);
     std::printf("            %.3fx the plain pipeline, %.3fx the bound\n", pipe > 0 ? warm.gbps / pipe : 0.0,
                 warm.gbps / bound);
+    if (o.verify) std::printf("            %.3fx the N-core hash limit\n", warm.gbps / hash_limit);
     const run_result fresh = measure(o, sched, *ctx, false, true);
     print("fresh ctx", fresh, limit);
     std::printf("            %.3fx the warm ring (a context of its own per load: streams, threads, ring)\n",

@@ -162,17 +162,21 @@ def c_runs(a, path, procs):
     return firsts, laters
 
 
-def engine_reference(a, path):
+def engine_reference(a, path, verify=False):
+    """gpu_load_bench's figures: the copy limit, the memory bound, the plain pipeline, the engine's
+    steady state and a load with a fresh context; verified: the N-core hash limit and the verified
+    steady state instead (keys suffixed _verified)."""
     runs = "2" if a.smoke else "5"
-    out = sh([program(a, "gpu_load_bench"), "--file", path, "--runs", runs, "--no-cold"], a.step_timeout)
+    cmd = [program(a, "gpu_load_bench"), "--file", path, "--runs", runs, "--no-cold"] + (["--verify"] if verify else [])
+    out = sh(cmd, a.step_timeout)
     sys.stdout.write(out)
     ref = {}
     for key, pat in [("limit", r"^limit\s+([\d.]+)"), ("bound", r"bound min\(limit, that\) ([\d.]+)"),
                      ("pipe", r"^pipe\s+([\d.]+)"), ("steady", r"^warm ring\s+([\d.]+)"),
-                     ("fresh_ctx", r"^fresh ctx\s+([\d.]+)")]:
+                     ("fresh_ctx", r"^fresh ctx\s+([\d.]+)"), ("hash_limit", r"^hash\s+([\d.]+)")]:
         m = re.search(pat, out, re.M)
         if m:
-            ref[key] = float(m.group(1))
+            ref[key + ("_verified" if verify and key != "hash_limit" else "")] = float(m.group(1))
     return ref
 
 
@@ -243,6 +247,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="gpu_table_") as tmp:
         plain, st, enc, key = make_files(a, tmp)
         ref = step("engine", lambda: engine_reference(a, plain)) or {}
+        ref.update(step("engine verified", lambda: engine_reference(a, plain, verify=True)) or {})
         digests = {}
         for name, path, extra in [("CLI", plain, ()), ("CLI verified", plain, ("--verify",)),
                                   ("CLI encrypted", enc, ("--decrypt-key-file", key)),
@@ -281,12 +286,15 @@ def med(xs):
 def report(a, ref, rows, digests):
     steady = ref.get("steady", float("nan"))
     print(f"\n== GPU table: {a.size_mib} MiB, medians; first = first load in a fresh process, later = loads after it ==")
-    for k in ("limit", "bound", "pipe", "steady", "fresh_ctx"):
+    for k in ("limit", "bound", "pipe", "steady", "fresh_ctx", "hash_limit", "steady_verified"):
         if k in ref:
             print(f"  {k:<10} {ref[k]:7.2f} GB/s")
-    print(f"  {'loader':<30} {'first':>7} {'later':>7}  first/steady later/steady")
+    hash_limit = ref.get("hash_limit", float("nan"))
+    print(f"  {'loader':<30} {'first':>7} {'later':>7}  first/steady later/steady  later/hash-limit (verified)")
     for name, first, later in rows:
-        print(f"  {name:<30} {med(first):7.2f} {med(later):7.2f}  {med(first) / steady:11.3f} {med(later) / steady:12.3f}")
+        vs_hash = f"{med(later) / hash_limit:17.3f}" if "verified" in name else ""
+        print(f"  {name:<30} {med(first):7.2f} {med(later):7.2f}  {med(first) / steady:11.3f} {med(later) / steady:12.3f}"
+              f"{vs_hash}")
     groups = {}
     for name, ds in digests.items():
         groups.setdefault(frozenset(ds), []).append(name)

@@ -12,19 +12,32 @@ namespace tz {
 
 namespace {
 
-// The ring's memory as pinned host memory; one allocation, made by the ring's constructor.
+// The ring's memory: anonymous memory backed by transparent huge pages, faulted in, then pinned
+// in place (cudaHostRegister). Pinning is a first load's largest fixed cost: on an H100 host
+// cudaHostAlloc took about 40 ms for a 64 MiB ring (gpu_load_bench, "fresh ctx"), while
+// registering an already populated 2 GiB mapping took 39 ms (../shared/DEVICE.md), so the cost is
+// in faulting and zeroing 4 KiB pages, which huge pages cut 512-fold. gpu_load_bench times both.
 class pinned_allocator final : public buffer_allocator {
  public:
   std::byte* allocate(std::size_t size_bytes) override {
-    auto b = cuda::alloc_pinned(size_bytes);
-    if (!b) throw exception(b.error());
-    buffer_ = std::move(*b);
-    return buffer_.data();
+    memory_ = host_buffer(size_bytes, /*huge_pages=*/true);
+    prefault(memory_.bytes());
+    auto b = cuda::register_pinned(memory_.bytes());
+    if (!b) {
+      memory_ = host_buffer();
+      throw exception(b.error());
+    }
+    pinned_ = std::move(*b);
+    return memory_.data();
   }
-  void deallocate(std::byte*, std::size_t) noexcept override { buffer_ = cuda::pinned_buffer(); }
+  void deallocate(std::byte*, std::size_t) noexcept override {
+    pinned_ = cuda::pinned_buffer();  // unregisters before the memory goes
+    memory_ = host_buffer();
+  }
 
  private:
-  cuda::pinned_buffer buffer_;
+  host_buffer memory_;
+  cuda::pinned_buffer pinned_;
 };
 
 result<void> check_ring(std::size_t slot_count, std::size_t slot_bytes) {
