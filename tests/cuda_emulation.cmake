@@ -40,7 +40,7 @@ if(TZ_BUILD_BENCH)
 endif()
 
 # The CLI on the emulation: `load --device` runs in CI without a GPU.
-add_executable(tensorizer_emulated ${tz_tool_sources})
+add_executable(tensorizer_emulated)
 target_link_libraries(tensorizer_emulated PRIVATE tz_tooling_objects tz_sources_emulated)
 tz_target_defaults(tensorizer_emulated)
 # Its `load --device`: local files, and over
