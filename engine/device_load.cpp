@@ -5,6 +5,7 @@
 
 #include "tz/engine/device_load.hpp"
 #include "tz/engine/host_memory.hpp"
+#include "tz/engine/load_trace.hpp"
 #include "tz/engine/wait_group.hpp"
 
 #include <algorithm>
@@ -53,18 +54,21 @@ class device_destination {
   };
 
   device_destination(cuda::uploader& up, std::span<const format::tensor_entry* const> selected,
-                     const device_layout& layout)
-      : made_(std::async(std::launch::async, [&up, selected, &layout] { return make(up, selected, layout); }).share()) {}
+                     const device_layout& layout, load_trace* trace)
+      : made_(std::async(std::launch::async,
+                         [&up, selected, &layout, trace] { return make(up, selected, layout, trace); })
+                  .share()) {}
 
   // Blocks until the allocation (and the fills' enqueueing) is done; its outcome. Thread-safe.
   const result<made>& get() const { return made_.get(); }
 
  private:
   static result<made> make(cuda::uploader& up, std::span<const format::tensor_entry* const> selected,
-                           const device_layout& layout) {
+                           const device_layout& layout, load_trace* trace) {
     const auto t0 = pipeline_clock::now();
     TZ_TRY(buffer, cuda::alloc_device(up.device(), layout.bytes));
     made out{std::make_shared<cuda::device_buffer>(std::move(buffer)), {}, seconds_of(nanoseconds_since(t0))};
+    if (trace) trace->span("allocate device memory", t0, pipeline_clock::now(), -1, 0, layout.bytes);
     TZ_TRY(tickets, zero_meta(up, selected, *out.buffer, layout));
     for (auto& t : tickets) out.fills.push_back(std::make_shared<cuda::upload_ticket>(std::move(t)));
     return out;
@@ -96,7 +100,7 @@ class device_sink final : public sink {
       where.pieces.push_back(where.whole.subspan(piece.offset_bytes - r.offset_bytes, piece.length_bytes));
   }
 
-  result<void> deliver(const load_range& r, landing& where) override {
+  result<void> deliver(const load_range& r, landing& where, std::int64_t index) override {
     std::vector<cuda::upload_piece> pieces;
     for (std::size_t k = 0; k < r.pieces.size(); ++k) {
       const plan_piece& piece = r.pieces[k];
@@ -110,9 +114,10 @@ class device_sink final : public sink {
     auto held = std::make_shared<lease>(std::move(where.held));
     uploads_.add();
     const auto t0 = pipeline_clock::now();
-    auto ticket = up_.upload(pieces, *made->buffer, [this, held](result<void> done) {
+    auto ticket = up_.upload(pieces, *made->buffer, [this, held, index, t0, bytes = r.length_bytes](result<void> done) {
       if (!done) p_.fail(done.error());
       held->reset();
+      if (auto* trace = p_.options->trace.get()) note_copy(*trace, index, t0, bytes);
       uploads_.done();
     });
     p_.counters.upload_ns += nanoseconds_since(t0);
@@ -128,6 +133,13 @@ class device_sink final : public sink {
   std::size_t slots_out_max() const noexcept { return slots_out_max_.load(); }
 
  private:
+  // A copy from its enqueueing to its completion, and the first one to complete.
+  void note_copy(load_trace& trace, std::int64_t index, pipeline_clock::time_point begin, std::uint64_t bytes) {
+    const auto now = pipeline_clock::now();
+    trace.async_span("copy to the device", "copies", static_cast<std::uint64_t>(index), begin, now, bytes);
+    if (!first_copy_done_.exchange(true)) trace.instant("first copy complete", now);
+  }
+
   // The high-water mark of pinned use, right after a slot was acquired.
   void note_slots_out() noexcept {
     const std::size_t out = ring_.slot_count() - ring_.available();
@@ -143,6 +155,7 @@ class device_sink final : public sink {
   const device_layout& layout_;
   wait_group uploads_;  // copies in flight
   std::atomic<std::size_t> slots_out_max_{0};
+  std::atomic<bool> first_copy_done_{false};
 };
 
 // Waits for every ticket (all of them, also after a failure: none may be left in flight).
@@ -220,6 +233,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   load_timings t;
   TZ_CO_TRY(ring, ctx.take_ring(options.slots(), options.slot_bytes));
   t.ring_s = seconds_of(nanoseconds_since(t0));
+  if (options.trace) options.trace->span("take a pinned ring", t0, pipeline_clock::now());
   pipeline p;
   p.index = &opened.index();
   auto source = opened.shared_source();  // held for the whole load
@@ -228,11 +242,12 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   TZ_CO_TRY(readers, co_await prepare_device(sched, p, opened, std::move(which), options, ring.ring()));
   const device_layout layout(p.selected);
   cuda::uploader& up = ctx.uploader();
-  device_destination dst(up, p.selected, layout);
+  device_destination dst(up, p.selected, layout, options.trace.get());
   device_sink to(p, up, ring.ring(), dst, layout);
   p.out = &to;
   t.prepare_s = seconds_of(nanoseconds_since(t0));
   const auto t1 = pipeline_clock::now();
+  if (options.trace) options.trace->span("prepare (select, plan)", t0, t1);
   auto ran = co_await run_pipeline(sched, p, readers);
   const auto& made = dst.get();  // also after a failure: no fill may outlive the buffer
   auto filled = made ? wait_all(up, made->fills) : result<void>();

@@ -103,7 +103,7 @@ class host_sink final : public sink {
     }
   }
 
-  result<void> deliver(const load_range&, landing&) override { return {}; }
+  result<void> deliver(const load_range&, landing&, std::int64_t) override { return {}; }
   task<void> drain() override { co_return; }
 
  private:

@@ -51,7 +51,8 @@ class sink {
   virtual void place(const load_range& r, landing& where) = 0;
   // The range's bytes are checked: nothing more for host memory; an upload for a device, whose
   // completion returns the lease (moved out of where.held).
-  virtual result<void> deliver(const load_range& r, landing& where) = 0;
+  // `index` is the range's position in the plan (for traces).
+  virtual result<void> deliver(const load_range& r, landing& where, std::int64_t index) = 0;
   // Completes once everything delivered has arrived (device: every copy in flight completed).
   virtual task<void> drain() = 0;
 };

@@ -6,6 +6,7 @@
 #include "remote_args.hpp"
 
 #include "tz/engine/device_load.hpp"
+#include "tz/engine/load_trace.hpp"
 #include "tz/sources/checkpoint.hpp"
 
 #include <unistd.h>
@@ -38,12 +39,15 @@ constexpr const char* load_help =
     "                   median run, with every run's rate (runs after the first find the process's\n"
     "                   memory, the GPU's streams and pinned ring, and the page cache warm)\n"
     "  --decrypt-key-file F | --decrypt-passphrase-file F   open an encrypted file\n"
+    "  --trace FILE     write the first load's timeline as Chrome trace-event JSON (open it in\n"
+    "                   ui.perfetto.dev): per range its read, check and copy, ring waits, setup\n"
     "  With --device only: --slots N (staging slots: 16, 64 when verifying), --slot-mib N (slot\n"
     "  size, 4), --streams N (CUDA streams, 4).\n";
 
 struct load_args {
   std::vector<std::string> inputs;
   std::vector<std::string> only;
+  std::string trace;  // --trace FILE
   bool verify = false, direct = false, json = false;
   unsigned readers = 0, threads = 0, repeat = 1;
   std::optional<int> device;  // a GPU; none: host memory
@@ -90,6 +94,7 @@ result<load_args> parse_load(const cli::args& a) {
   out.inputs = a.positional;
   out.verify = a.has("--verify"), out.direct = a.has("--direct"), out.json = a.has("--json");
   if (auto v = a.get("--only")) out.only = split_names(*v);
+  if (auto v = a.get("--trace")) out.trace = *v;
   TZ_CHECK(parse_device(a, out));
   std::size_t streams = out.streams;
   for (auto [name, target] : {std::pair{"--readers", &out.readers}, std::pair{"--threads", &out.threads},
@@ -203,9 +208,14 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
   if (tty) common.on_progress = draw_progress;
   std::vector<one_run> runs;
   for (unsigned k = 0; k < a.repeat; ++k) {
-    auto r = load_once(sched, *l, a, *which, ctx.get(), common);
+    auto options = common;
+    if (k == 0 && !a.trace.empty()) options.trace = std::make_shared<load_trace>();
+    auto r = load_once(sched, *l, a, *which, ctx.get(), options);
     if (tty) std::fputc('\n', stderr);
     if (!r) return cli::fail("load", r.error());
+    if (options.trace) {
+      if (auto w = options.trace->write(a.trace); !w) return cli::fail("load", w.error());
+    }
     runs.push_back(*r);
   }
   print_report(a, *l, std::move(runs), sched.thread_count(), common.readers);
@@ -218,7 +228,7 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
 // errc::no_device, reported as such), 2 bad usage.
 int cmd_load(int argc, char** argv) {
   auto valued = cli::with_remote_valued(
-      {"--readers", "--threads", "--device", "--repeat", "--only", "--slots", "--slot-mib", "--streams"});
+      {"--readers", "--threads", "--device", "--repeat", "--only", "--slots", "--slot-mib", "--streams", "--trace"});
   valued.insert(valued.end(), cli::decrypt_options.begin(), cli::decrypt_options.end());
   auto a = cli::parse(argc, argv, 2, valued, cli::with_remote_flags({"--verify", "--direct", "--json", "--help"}));
   if (!a) return cli::usage_error("load", a.error().message, load_help);
