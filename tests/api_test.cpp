@@ -2,12 +2,11 @@
 // open and list, load all / some / one, caller memory, verification with a corrupted file, keys and
 // passphrases, progress, the device path (no GPU here: errc::no_device), and error values.
 #include "api_test_files.hpp"
+#include "temp_dir.hpp"
 
 #include "tensorizer/tensorizer.hpp"
 
 #include <doctest/doctest.h>
-
-#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -18,25 +17,19 @@ namespace {
 
 using tensorizer::errc;
 
-// The files of tests/api_test_files.hpp, written once per run into a directory of this process.
+// The files of tests/api_test_files.hpp, written once per run into a temporary directory of this
+// process, removed at exit.
 const std::string& files() {
-  static const std::string dir = [] {
-    std::string d = std::string(TZ_BINARY_DIR) + "/api_test_" + std::to_string(::getpid());
-    std::filesystem::create_directories(d);
+  static const tz_test::temp_dir dir("tz-api-test");
+  static const std::string path = [] {
+    const std::string d = dir.path.string();
     tz_test::write_api_test_files(d);
     auto m = tensorizer::model::open(d + "/plain.tensors").value();
     tz_test::corrupt_b(d + "/plain.tensors", d + "/corrupt.tensors", m.tensors().at(*m.find("b")).offset);
     return d;
   }();
-  return dir;
+  return path;
 }
-
-struct cleanup {
-  ~cleanup() {
-    std::error_code ec;
-    std::filesystem::remove_all(std::string(TZ_BINARY_DIR) + "/api_test_" + std::to_string(::getpid()), ec);
-  }
-} cleanup_at_exit;
 
 std::string path(const char* name) { return files() + "/" + name; }
 
