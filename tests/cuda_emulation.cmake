@@ -43,3 +43,33 @@ tz_target_defaults(tensorizer_emulated)
 # HTTP from nginx (registered in tests/net_cli.cmake, beside the other tests needing its fixture).
 add_test(NAME cli_device_emulated COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli_device_emulated.sh local
          $<TARGET_FILE:tensorizer_emulated> ${CMAKE_BINARY_DIR})
+
+# The public APIs on the emulation. libtensorizer's sources as a shared library of their own
+# (tensorizer_api_emulated: the same sources, version script and hidden engine as libtensorizer.so)
+# over the emulated engine, with tests/device_access.h inside it: the emulated device memory belongs
+# to the module that holds the emulation, so the tests read it back through the library's own copy.
+# api_emulated_test runs api_test's host and "gpu" suites on it; c_api_emulated_test runs the C
+# program, both modes. Device bytes are compared value by value with what was written.
+if(TARGET tensorizer_shared)
+  get_target_property(tz_api_sources tensorizer_shared SOURCES)
+  add_library(tensorizer_api_emulated SHARED ${tz_api_sources} ${CMAKE_CURRENT_LIST_DIR}/device_access.cpp)
+  target_include_directories(tensorizer_api_emulated PUBLIC
+    $<TARGET_PROPERTY:tensorizer_shared,INTERFACE_INCLUDE_DIRECTORIES> ${CMAKE_CURRENT_LIST_DIR})
+  target_include_directories(tensorizer_api_emulated BEFORE PRIVATE ${tz_emulation_dir})
+  target_compile_features(tensorizer_api_emulated PUBLIC cxx_std_20)
+  target_link_libraries(tensorizer_api_emulated PRIVATE tz_sources_emulated)
+  target_link_options(tensorizer_api_emulated PRIVATE
+    -Wl,--version-script=${PROJECT_SOURCE_DIR}/api/exports.map -Wl,--exclude-libs,ALL)
+  tz_target_defaults(tensorizer_api_emulated)
+
+  tz_add_doctest(api_emulated_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/api_test.cpp
+                 LIBS tensorizer_api_emulated tz::format tz::crypto EXCLUDE http)
+
+  add_executable(c_api_emulated_test ${CMAKE_CURRENT_LIST_DIR}/c_api_test.c)
+  set_target_properties(c_api_emulated_test PROPERTIES LINKER_LANGUAGE C)
+  target_link_libraries(c_api_emulated_test PRIVATE tensorizer_api_emulated)
+  target_compile_options(c_api_emulated_test PRIVATE -Wall -Wextra -Wpedantic -Werror)
+  add_test(NAME c_api_emulated_test COMMAND c_api_emulated_test ${tz_api_files_dir})
+  add_test(NAME c_api_emulated_test_device COMMAND c_api_emulated_test ${tz_api_files_dir} device)
+  set_tests_properties(c_api_emulated_test c_api_emulated_test_device PROPERTIES FIXTURES_REQUIRED tz_api_files)
+endif()

@@ -40,7 +40,7 @@ endforeach()
 if(TARGET api_test)
   add_test(NAME api_test_http COMMAND api_test --test-suite=http)
   set_tests_properties(api_test_http PROPERTIES FIXTURES_REQUIRED net_nginx SKIP_RETURN_CODE 77
-                       ENVIRONMENT "${tz_net_env}")
+                       ENVIRONMENT "${tz_net_env};TZ_NET_SCRIPTS=${tz_net_scripts}")
 endif()
 
 # `load --device` over HTTP on the CUDA emulation (tests/cuda_emulation.cmake, tools/CMakeLists.txt).
