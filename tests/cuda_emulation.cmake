@@ -42,7 +42,7 @@ tz_target_defaults(tensorizer_emulated)
 # Its `load --device`: local files, and over
 # HTTP from nginx (registered in tests/net_cli.cmake, beside the other tests needing its fixture).
 add_test(NAME cli_device_emulated COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli_device_emulated.sh local
-         $<TARGET_FILE:tensorizer_emulated> ${CMAKE_BINARY_DIR})
+         $<TARGET_FILE:tensorizer_emulated>)
 
 # The public APIs on the emulation. libtensorizer's sources as a shared library of their own
 # (tensorizer_api_emulated: the same sources, version script and hidden engine as libtensorizer.so)

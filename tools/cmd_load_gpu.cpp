@@ -1,6 +1,7 @@
 // tensorizer load --device cuda:N: loads a file or URI straight into GPU memory and reports the
 // per-stage timings. The `load` subcommand dispatches here when --device names a GPU.
 #include "cli.hpp"
+#include "device_sha256.hpp"
 #include "load_report.hpp"
 #include "remote_args.hpp"
 
@@ -25,6 +26,8 @@ constexpr const char* load_device_help =
     "  --readers N              reads in flight (automatic) --threads N    worker threads (one per core)\n"
     "  --streams N              CUDA streams (4)\n"
     "  --json                   one JSON object on stdout instead of text\n"
+    "  --device-sha256          then copy every tensor back from the device and report its SHA-256\n"
+    "                           (as `tensorizer hash` reports the model's: compare the two)\n"
     "  --decrypt-key-file F | --decrypt-passphrase-file F   open an encrypted FILE\n";
 
 struct load_device_args {
@@ -32,6 +35,7 @@ struct load_device_args {
   std::vector<std::string> only;
   bool direct = false;
   bool json = false;
+  bool device_sha256 = false;
   unsigned threads = 0;
   int streams = cuda::uploader::default_stream_count;
   device_load_options options;
@@ -52,6 +56,7 @@ result<load_device_args> read_args(const cli::args& a) {
   out.inputs = a.positional;
   out.direct = a.has("--direct");
   out.json = a.has("--json");
+  out.device_sha256 = a.has("--device-sha256");
   out.options.verify = a.has("--verify");
   if (auto v = a.get("--only")) out.only = split_names(*v);
   auto number = [&](const char* name, auto& field) -> result<void> {
@@ -84,7 +89,7 @@ result<std::vector<std::size_t>> select_names(const loader& l, const std::vector
 }
 
 void print_report(const load_device_args& a, const loader& l, const device_tensors& t, const std::string& device,
-                  unsigned threads) {
+                  unsigned threads, std::vector<cli::tensor_sha256> digests) {
   cli::load_report rep;
   rep.file = a.inputs.size() == 1 ? a.inputs[0] : l.source().name();
   rep.cache = cache_status(l);
@@ -99,6 +104,7 @@ void print_report(const load_device_args& a, const loader& l, const device_tenso
   rep.readers = a.options.readers;  // 0: automatic
   rep.ring_bytes = t.ring_bytes();
   rep.pinned_max_bytes = t.pinned_bytes_max();
+  rep.device_sha256 = std::move(digests);
   cli::print_load_report(rep, a.json);
 }
 
@@ -111,7 +117,7 @@ int cmd_load_device(int argc, char** argv, const std::string& device) {
   auto a = cli::parse(argc, argv, 2,
                       cli::with_remote_valued({"--device", "--only", "--slots", "--slot-mib", "--readers", "--threads",
                                                "--streams", "--decrypt-key-file", "--decrypt-passphrase-file"}),
-                      cli::with_remote_flags({"--help", "--verify", "--direct", "--json"}));
+                      cli::with_remote_flags({"--help", "--verify", "--direct", "--json", "--device-sha256"}));
   if (!a) return cli::usage_error("load", a.error().message, load_device_help);
   if (a->has("--help")) {
     std::fputs(load_device_help, stdout);
@@ -135,6 +141,12 @@ int cmd_load_device(int argc, char** argv, const std::string& device) {
   if (!which) return cli::fail("load", which.error());
   auto loaded = load_to_device(sched, *up, *opened, opened->shared_source(), std::move(*which), std::move(args->options));
   if (!loaded) return cli::fail("load", loaded.error());
-  print_report(*args, *opened, *loaded, device, sched.thread_count());
+  std::vector<cli::tensor_sha256> digests;
+  if (args->device_sha256) {
+    auto d = cli::device_sha256(*loaded);
+    if (!d) return cli::fail("load", d.error());
+    digests = std::move(*d);
+  }
+  print_report(*args, *opened, *loaded, device, sched.thread_count(), std::move(digests));
   return 0;
 }
