@@ -73,3 +73,40 @@ if(TARGET tensorizer_shared)
   add_test(NAME c_api_emulated_test_device COMMAND c_api_emulated_test ${tz_api_files_dir} device)
   set_tests_properties(c_api_emulated_test c_api_emulated_test_device PROPERTIES FIXTURES_REQUIRED tz_api_files)
 endif()
+
+# Python's _C on the emulation, where pybind11 and the Python headers are found: python/src built
+# as tensorizer/_C in python-emulated/ of the build tree, with tests/device_access.h exported for
+# ctypes (dltensor_access.cpp reads a DLPack capsule's device bytes). tests/python/device_emulated.py
+# loads through _C.Reader(device=0) and TensorDeserializer(device="cuda:0") and compares every
+# tensor's bytes read back from the device with `tensorizer hash`.
+set(Python_EXECUTABLE ${Python3_EXECUTABLE})
+find_package(Python 3.9 QUIET COMPONENTS Interpreter Development.Module)
+if(Python_FOUND)
+  execute_process(COMMAND ${Python_EXECUTABLE} -m pybind11 --cmakedir OUTPUT_VARIABLE tz_pybind11_dir
+                  OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  find_package(pybind11 CONFIG QUIET HINTS ${tz_pybind11_dir})
+endif()
+if(pybind11_FOUND)
+  file(GLOB tz_python_emulated_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/python/src/*.cpp)
+  pybind11_add_module(tz_python_emulated MODULE ${tz_python_emulated_sources}
+                      ${CMAKE_CURRENT_LIST_DIR}/device_access.cpp ${CMAKE_CURRENT_LIST_DIR}/dltensor_access.cpp)
+  set_target_properties(tz_python_emulated PROPERTIES OUTPUT_NAME _C
+                        LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/python-emulated/tensorizer)
+  target_include_directories(tz_python_emulated BEFORE PRIVATE ${tz_emulation_dir})
+  target_link_libraries(tz_python_emulated PRIVATE tz_sources_emulated)
+  tz_target_defaults(tz_python_emulated)
+  target_compile_options(tz_python_emulated PRIVATE -Wno-pedantic)  # as python/CMakeLists.txt
+  target_compile_definitions(tz_python_emulated PRIVATE TZ_VERSION="${PROJECT_VERSION}")
+  # python_device_emulated: _C itself; python_device_emulated_torch: TensorDeserializer (needs torch).
+  foreach(mode c deserializer)
+    set(name python_device_emulated)
+    if(mode STREQUAL deserializer)
+      set(name python_device_emulated_torch)
+    endif()
+    add_test(NAME ${name} COMMAND ${Python_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/python/device_emulated.py ${mode}
+             $<TARGET_FILE_DIR:tz_python_emulated> ${PROJECT_SOURCE_DIR}/python $<TARGET_FILE:tensorizer>)
+    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
+  endforeach()
+else()
+  message(STATUS "tensorizer: no pybind11 or Python headers: Python's _C is not tested on the CUDA emulation")
+endif()
