@@ -14,8 +14,6 @@
 
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <atomic>
 #include <map>
 #include <optional>
@@ -39,12 +37,7 @@ bool ok(const tz::result<T>& r) {
 constexpr std::size_t kib = 1024;
 constexpr std::size_t mib = 1024 * kib;
 
-// A write_floats model (float_model.hpp) as bytes.
-std::vector<std::byte> write_floats(std::size_t count, std::size_t base_bytes,
-                                    tz::format::tensor_encryptor* enc = nullptr) {
-  const std::string path = std::string(TZ_BINARY_DIR) + "/cuda_emulation_test_" + std::to_string(::getpid());
-  return tz_test::write_floats(path, count, base_bytes, enc);
-}
+using tz_test::write_floats;
 
 // Every tensor of `t` downloaded and compared with what write_floats wrote.
 bool all_floats_match(const tz::device_tensors& t, std::size_t base_bytes) {

@@ -59,7 +59,6 @@ bool says(const error& e, const std::string& what) {
 }  // namespace
 
 TEST_CASE("malformed file headers are rejected with the offset of the bad field" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
   auto b = reference();
   auto bad_magic = b;
   bad_magic[1] = std::byte{'X'};
@@ -90,7 +89,6 @@ TEST_CASE("malformed file headers are rejected with the offset of the bad field"
 }
 
 TEST_CASE("malformed metadata entries and tensor headers are rejected" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
   const auto b = reference();
   const auto e = locate_entry0(b);
   auto past_eof = b;
@@ -197,7 +195,6 @@ std::vector<std::byte> as_version5(std::vector<std::byte> b, std::uint32_t first
 }
 
 TEST_CASE("data version 5 files with tagged metadata entries are read" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
   tz_test::temp_dir tmp;
   const auto v5 = as_version5(reference(), 1);
   tz_test::write_file(tmp.path / "v5.tensors", v5);

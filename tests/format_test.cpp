@@ -33,7 +33,6 @@ std::string sha_of_load(const tensor_entry& e, const std::vector<std::byte>& dat
 }  // namespace
 
 TEST_CASE("every tensor of the reference files matches its manifest" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
   for (const char* name : plain_vectors) {
     CAPTURE(name);
     auto manifest = tz_test::read_json(tz_test::vectors_dir() / (std::string(name) + ".manifest.json")).as_object();
@@ -71,7 +70,6 @@ TEST_CASE("every tensor of the reference files matches its manifest" * doctest::
 }
 
 TEST_CASE("reading and writing back a reference file gives identical bytes" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
   tz_test::temp_dir tmp;
   for (const char* name : plain_vectors) {
     CAPTURE(name);
@@ -96,7 +94,6 @@ TEST_CASE("reading and writing back a reference file gives identical bytes" * do
 }
 
 TEST_CASE("the encrypted reference file's crypt-info blocks are parsed" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
   auto manifest = tz_test::read_json(tz_test::vectors_dir() / "encrypted.manifest.json").as_object();
   auto reader = file_reader::open((tz_test::vectors_dir() / "encrypted.tensors").string());
   REQUIRE(reader);
@@ -117,7 +114,6 @@ TEST_CASE("the encrypted reference file's crypt-info blocks are parsed" * doctes
 }
 
 TEST_CASE("a corrupted data byte fails verification naming the tensor and both values" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
   tz_test::temp_dir tmp;
   auto bytes = tz_test::read_file(tz_test::vectors_dir() / "small_mixed.tensors");
   auto reader = file_reader::open((tz_test::vectors_dir() / "small_mixed.tensors").string());

@@ -3,6 +3,7 @@
 
 #include "reference_vectors.hpp"
 #include "result_printer.hpp"
+#include "temp_dir.hpp"
 
 #include <boost/json.hpp>
 #include <unistd.h>
@@ -35,16 +36,5 @@ inline boost::json::value read_json(const std::filesystem::path& p) {
   std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return boost::json::parse(s);
 }
-
-// A fresh directory under the system temp dir, removed by the destructor.
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    path = std::filesystem::temp_directory_path() / ("tz-test-" + std::to_string(::getpid()) + "-" +
-                                                     std::to_string(std::rand()));
-    std::filesystem::create_directories(path);
-  }
-  ~temp_dir() { std::filesystem::remove_all(path); }
-};
 
 }  // namespace tz_test

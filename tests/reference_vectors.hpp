@@ -1,8 +1,11 @@
 // Where the C++ tests find the reference vectors: the tz_vectors CTest fixture writes them into the
 // build tree with tests/vectors/make_vectors.py (the real tensorizer); TZ_VECTORS overrides the path.
+// Every case that reads them is in doctest suite "reference" (their own CTest entries, *_reference,
+// which require the fixture); including this header declares that the suite needs them, so a run
+// where they are absent (the fixture skipped: no torch/tensorizer) skips those cases up front.
 #pragma once
 
-#include <doctest/doctest.h>
+#include "requirements.hpp"
 
 #include <cstdlib>
 #include <filesystem>
@@ -15,13 +18,10 @@ inline std::filesystem::path vectors_dir() {
   return std::filesystem::path(env && *env ? env : TZ_VECTORS_DIR);
 }
 
-// The reference cases run as their own CTest entries (*_reference) that require the tz_vectors
-// fixture; only when that fixture was skipped (no torch/tensorizer) are the files absent: exit 77.
-inline void require_vectors() {
-  if (std::filesystem::exists(vectors_dir() / "encrypted.manifest.json")) return;
-  MESSAGE("reference vectors absent under " << vectors_dir().string()
-                                            << " (the tz_vectors fixture writes them): skipped (exit 77)");
-  std::exit(77);
-}
+inline const suite_needs reference_needs_vectors{"reference", "the reference vectors", [] {
+  const auto dir = vectors_dir();
+  if (std::filesystem::exists(dir / "encrypted.manifest.json")) return std::string();
+  return "absent under " + dir.string() + " (the tz_vectors fixture writes them; TZ_VECTORS names another place)";
+}};
 
 }  // namespace tz_test
