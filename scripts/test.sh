@@ -77,7 +77,7 @@ for sanitize in ${TZ_SANITIZE_PASS:-address thread}; do
   dir="$build_dir-$sanitize"
   phase "configure $dir (TZ_SANITIZE=$sanitize)"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE="$python" \
-    -DTZ_SANITIZE="$sanitize" -DTZ_BUILD_BENCH=OFF
+    -DTZ_TENSORIZER_2121_PYTHON="$tensorizer_2121_python" -DTZ_SANITIZE="$sanitize" -DTZ_BUILD_BENCH=OFF
   phase "build $dir: ${!targets_var}"
   cmake --build "$dir" --parallel "$jobs" --target "${!targets_var}"
   phase "ctest $dir (${!tests_var})"
