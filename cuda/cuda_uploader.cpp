@@ -216,11 +216,23 @@ result<upload_ticket> uploader::upload(std::span<const std::byte> host, device_b
 struct uploader::stream_work {
   std::span<const upload_piece> pieces;
   std::size_t zero_offset_bytes = 0;
-  std::size_t zero_bytes = 0;  // > 0: a cudaMemsetAsync instead of copies
+  std::size_t zero_bytes = 0;               // > 0: a cudaMemsetAsync instead of copies
+  const after_copies_fn* after = nullptr;  // behind the copies, before the completion
 };
 
 result<upload_ticket> uploader::upload(std::span<const upload_piece> pieces, device_buffer& dst,
                                        upload_callback on_done) {
+  return upload_pieces(pieces, dst, std::move(on_done), nullptr);
+}
+
+result<upload_ticket> uploader::upload(std::span<const upload_piece> pieces, device_buffer& dst,
+                                       upload_callback on_done, const after_copies_fn& after) {
+  assert(on_done && "upload with work after the copies needs a completion callback");
+  return upload_pieces(pieces, dst, std::move(on_done), &after);
+}
+
+result<upload_ticket> uploader::upload_pieces(std::span<const upload_piece> pieces, device_buffer& dst,
+                                              upload_callback on_done, const after_copies_fn* after) {
   assert(state_ && "upload on a moved-from uploader");
   std::size_t total_bytes = 0;
   for (const upload_piece& p : pieces) {
@@ -228,7 +240,7 @@ result<upload_ticket> uploader::upload(std::span<const upload_piece> pieces, dev
     total_bytes += p.host.size();
   }
   const std::size_t first_offset = pieces.empty() ? 0 : pieces.front().offset_bytes;
-  return enqueue(stream_work{pieces, 0, 0}, dst, total_bytes, first_offset, std::move(on_done));
+  return enqueue(stream_work{pieces, 0, 0, after}, dst, total_bytes, first_offset, std::move(on_done));
 }
 
 result<upload_ticket> uploader::fill_zero(device_buffer& dst, std::size_t offset_bytes, std::size_t size_bytes) {
@@ -266,6 +278,12 @@ result<upload_ticket> uploader::enqueue(const stream_work& work, device_buffer& 
   if (work.zero_bytes > 0) {
     rc = cudaMemsetAsync(base + work.zero_offset_bytes, 0, work.zero_bytes, stream);
     if (rc != cudaSuccess) return failure("cudaMemsetAsync", rc, s.device, what());
+  }
+  if (work.after != nullptr) {
+    auto extra = (*work.after)(stream, static_cast<int>(index));
+    if (!extra) {  // reported once the stream has passed the copies, which still read the host bytes
+      on_done = [inner = std::move(on_done), e = extra.error()](result<void>) { inner(e); };
+    }
   }
   if (on_done) {
     TZ_CHECK(s.lanes[index]->add(stream, on_done, size_bytes, offset_bytes));

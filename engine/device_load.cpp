@@ -19,10 +19,16 @@ namespace {
 struct device_layout {
   std::vector<std::uint64_t> offsets;
   std::uint64_t bytes = 0;
+  const format::tensor_entry* too_large = nullptr;  // the first tensor past 2^64 bytes, if any
 
   explicit device_layout(std::span<const format::tensor_entry* const> selected) {
     for (const auto* e : selected) {
       offsets.push_back(bytes);
+      // Sizes come from shapes alone (meta tensors): a sum that wraps would allocate too little.
+      if (e->deserialized_bytes > UINT64_MAX - device_align_bytes - bytes) {
+        too_large = e;
+        return;
+      }
       bytes = (bytes + e->deserialized_bytes + device_align_bytes - 1) / device_align_bytes * device_align_bytes;
     }
   }
@@ -241,6 +247,10 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   p.options = &options;
   TZ_CO_TRY(readers, co_await prepare_device(sched, p, opened, std::move(which), options, ring.ring()));
   const device_layout layout(p.selected);
+  if (layout.too_large)
+    co_return make_error(errc::unsupported, source->name() + ": tensor '" + format::display_name(layout.too_large->path) +
+                                                "' of " + std::to_string(layout.too_large->deserialized_bytes) +
+                                                " bytes: the load would need more than 2^64 bytes");
   cuda::uploader& up = ctx.uploader();
   device_destination dst(up, p.selected, layout, options.trace.get());
   device_sink to(p, up, ring.ring(), dst, layout);

@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 namespace {
 
@@ -134,6 +135,56 @@ TEST_CASE("an encrypted file loads decrypted and verified with its key, and fail
   REQUIRE_FALSE(failed.has_value());
   CHECK(failed.error().code == tz::errc::crypto);
   CHECK(failed.error().message.find("MAC") != std::string::npos);
+}
+
+TEST_CASE("the data version 5 files of tensorizer 2.12.1 load as their manifests say" * doctest::test_suite("reference_2121")) {
+  tz::scheduler sched(2);
+  for (const char* name : {"long_v5", "long_v5_encrypted"}) {
+    CAPTURE(name);
+    const std::string stem = tz_test::vectors_2121_dir().string() + "/" + name;
+    auto l = tz::loader::open(sched, tz::file_source::open(stem + ".tensors").value());
+    REQUIRE(l.has_value());
+    CHECK(l->index().header.version == 5);
+    std::ifstream in(stem + ".manifest.json");
+    const auto manifest = boost::json::parse(std::string(std::istreambuf_iterator<char>(in), {})).as_object();
+    std::optional<tz::format::decryption> decryption;
+    if (!manifest.at("encryption").is_null())
+      decryption = tz::format::decryption::from_key(
+          tz::crypto::secret_key::from_hex(std::string(manifest.at("encryption").at("key_hex").as_string())).value());
+    tz::load_options o;
+    o.verify = true;
+    if (decryption) o.decryption = *decryption;
+    auto loaded = l->load(sched, {}, o);
+    REQUIRE_MESSAGE(loaded.has_value(), (loaded ? "" : loaded.error().message));
+    auto hashes = manifest_hashes(stem + ".manifest.json");
+    REQUIRE(loaded->size() == hashes.size());
+    for (std::size_t i = 0; i < loaded->size(); ++i) {
+      CAPTURE(loaded->entry(i).name);
+      CHECK(sha_hex(loaded->data(i)) == hashes.at(loaded->entry(i).header_offset));
+    }
+  }
+}
+
+TEST_CASE("meta tensors whose sizes add up past 2^64 bytes fail the load instead of wrapping") {
+  const tz_test::temp_dir dir("tz-loader-test");
+  const auto path = dir.file("wrap.tensors");
+  {
+    auto w = tz::format::tensor_writer::create(path).value();
+    const auto u1 = tz::format::parse_dtype("|u1").value();
+    for (const char* name : {"a", "b"})
+      REQUIRE(w.write({tz::format::plain_path(name), tz::format::tensor_type::state_dict, 0, u1, {(1ull << 63) - 1}, {}, true})
+                  .has_value());
+    REQUIRE(w.close().has_value());
+  }
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, tz::file_source::open(path).value());
+  REQUIRE(l.has_value());
+  auto loaded = l->load(sched);
+  std::remove(path.c_str());
+  REQUIRE_FALSE(loaded.has_value());
+  CHECK(loaded.error().code == tz::errc::unsupported);
+  CHECK(loaded.error().message.find("tensor 'b' is a meta tensor of 9223372036854775807 bytes of zeros: the load "
+                                    "would need more than 2^64 bytes") != std::string::npos);
 }
 
 TEST_CASE("multi-chunk encrypted tensors load whatever the range cuts, and a flipped byte names its chunk") {
