@@ -7,6 +7,8 @@ set(tz_emulation_dir ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emulation)
 add_library(tz_cuda_emulated STATIC
   ${PROJECT_SOURCE_DIR}/cuda/cuda_common.cpp ${PROJECT_SOURCE_DIR}/cuda/dlpack.cpp
   ${PROJECT_SOURCE_DIR}/cuda/cuda_runtime.cpp ${PROJECT_SOURCE_DIR}/cuda/cuda_uploader.cpp
+  # Kernels cannot run on the emulation: the secretbox launcher is the stub of the null build.
+  ${PROJECT_SOURCE_DIR}/cuda/secretbox_null.cpp
   ${tz_emulation_dir}/control.cpp ${tz_emulation_dir}/memory.cpp ${tz_emulation_dir}/streams.cpp)
 # cuda_runtime.h comes from the emulation, never from the toolkit.
 target_include_directories(tz_cuda_emulated BEFORE PRIVATE ${tz_emulation_dir})
