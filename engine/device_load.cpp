@@ -1,11 +1,13 @@
 // Device loads: the pipeline with a device sink. Reads land in leases of a pinned ring, are checked
 // and decrypted there, and are copied to one device allocation; each copy's completion returns
 // its lease to the ring.
+#include "device_open.hpp"
 #include "pipeline.hpp"
 
 #include "tz/engine/device_load.hpp"
 #include "tz/engine/host_memory.hpp"
 #include "tz/engine/load_trace.hpp"
+#include "tz/cuda/secretbox.hpp"
 #include "tz/engine/wait_group.hpp"
 
 #include <algorithm>
@@ -57,24 +59,29 @@ class device_destination {
     std::shared_ptr<cuda::device_buffer> buffer;
     std::vector<std::shared_ptr<cuda::upload_ticket>> fills;  // shared: a shared_future copies
     double alloc_s = 0;
+    std::shared_ptr<device_opener> opener;  // decryption on the device, when the load does it
   };
 
   device_destination(cuda::uploader& up, std::span<const format::tensor_entry* const> selected,
-                     const device_layout& layout, load_trace* trace)
-      : made_(std::async(std::launch::async,
-                         [&up, selected, &layout, trace] { return make(up, selected, layout, trace); })
-                  .share()) {}
+                     const device_layout& layout, bool open_on_device, load_trace* trace)
+      : made_(std::async(std::launch::async, [&up, selected, &layout, open_on_device, trace] {
+                return make(up, selected, layout, open_on_device, trace);
+              }).share()) {}
 
   // Blocks until the allocation (and the fills' enqueueing) is done; its outcome. Thread-safe.
   const result<made>& get() const { return made_.get(); }
 
  private:
   static result<made> make(cuda::uploader& up, std::span<const format::tensor_entry* const> selected,
-                           const device_layout& layout, load_trace* trace) {
+                           const device_layout& layout, bool open_on_device, load_trace* trace) {
     const auto t0 = pipeline_clock::now();
     TZ_TRY(buffer, cuda::alloc_device(up.device(), layout.bytes));
     made out{std::make_shared<cuda::device_buffer>(std::move(buffer)), {}, seconds_of(nanoseconds_since(t0))};
     if (trace) trace->span("allocate device memory", t0, pipeline_clock::now(), -1, 0, layout.bytes);
+    if (open_on_device) {
+      TZ_TRY(opener, device_opener::create(up, selected));
+      out.opener = std::move(opener);
+    }
     TZ_TRY(tickets, zero_meta(up, selected, *out.buffer, layout));
     for (auto& t : tickets) out.fills.push_back(std::make_shared<cuda::upload_ticket>(std::move(t)));
     return out;
@@ -120,12 +127,19 @@ class device_sink final : public sink {
     auto held = std::make_shared<lease>(std::move(where.held));
     uploads_.add();
     const auto t0 = pipeline_clock::now();
-    auto ticket = up_.upload(pieces, *made->buffer, [this, held, index, t0, bytes = r.length_bytes](result<void> done) {
+    auto on_done = [this, held, index, t0, bytes = r.length_bytes](result<void> done) {
       if (!done) p_.fail(done.error());
       held->reset();
       if (auto* trace = p_.options->trace.get()) note_copy(*trace, index, t0, bytes);
       uploads_.done();
-    });
+    };
+    auto ticket = [&]() -> result<cuda::upload_ticket> {
+      if (where.sealed.empty()) return up_.upload(pieces, *made->buffer, std::move(on_done));
+      // The kernels that open the chunks run behind the copies, on their stream.
+      auto* base = static_cast<std::byte*>(made->buffer->data());
+      TZ_TRY(opener, made->opener->opener_for(std::move(where.sealed), base, layout_.offsets));
+      return up_.upload(pieces, *made->buffer, std::move(on_done), opener);
+    }();
     p_.counters.upload_ns += nanoseconds_since(t0);
     if (!ticket) {
       uploads_.done();  // the callback will never run
@@ -252,7 +266,8 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
                                                 "' of " + std::to_string(layout.too_large->deserialized_bytes) +
                                                 " bytes: the load would need more than 2^64 bytes");
   cuda::uploader& up = ctx.uploader();
-  device_destination dst(up, p.selected, layout, options.trace.get());
+  p.decrypt_on_device = p.encrypted && !options.verify && options.decrypt_on_device && cuda::secretbox_kernels_available();
+  device_destination dst(up, p.selected, layout, p.decrypt_on_device, options.trace.get());
   device_sink to(p, up, ring.ring(), dst, layout);
   p.out = &to;
   t.prepare_s = seconds_of(nanoseconds_since(t0));
@@ -264,6 +279,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   TZ_CO_CHECK(ran);
   TZ_CO_CHECK(made);
   TZ_CO_CHECK(filled);
+  if (made->opener) TZ_CO_CHECK(made->opener->check(p.source->name()));
   t.alloc_s = made->alloc_s;
   t.transfer_s = seconds_of(nanoseconds_since(t1));
   t.total_s = seconds_of(nanoseconds_since(t0));
