@@ -7,13 +7,14 @@ set(tz_emulation_dir ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emulation)
 add_library(tz_cuda_emulated STATIC
   ${PROJECT_SOURCE_DIR}/cuda/cuda_common.cpp ${PROJECT_SOURCE_DIR}/cuda/dlpack.cpp
   ${PROJECT_SOURCE_DIR}/cuda/cuda_runtime.cpp ${PROJECT_SOURCE_DIR}/cuda/cuda_uploader.cpp
-  # Kernels cannot run on the emulation: the secretbox launcher is the stub of the null build.
-  ${PROJECT_SOURCE_DIR}/cuda/secretbox_null.cpp
+  # The secretbox kernels as stream operations that open each chunk with libsodium: the device
+  # sink's decryption runs here as on a GPU (the kernels' arithmetic has tests of its own).
+  ${tz_emulation_dir}/secretbox.cpp
   ${tz_emulation_dir}/control.cpp ${tz_emulation_dir}/memory.cpp ${tz_emulation_dir}/streams.cpp)
 # cuda_runtime.h comes from the emulation, never from the toolkit.
 target_include_directories(tz_cuda_emulated BEFORE PRIVATE ${tz_emulation_dir})
 target_include_directories(tz_cuda_emulated PUBLIC ${tz_emulation_dir}/include)
-target_link_libraries(tz_cuda_emulated PUBLIC tz::cuda_headers Threads::Threads)
+target_link_libraries(tz_cuda_emulated PUBLIC tz::cuda_headers Threads::Threads PRIVATE PkgConfig::SODIUM)
 target_compile_definitions(tz_cuda_emulated PUBLIC TZ_HAVE_CUDA=1 TZ_CUDA_EMULATED=1)
 tz_target_defaults(tz_cuda_emulated)
 
