@@ -220,6 +220,7 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--size-mib", type=int, default=4096)
     ap.add_argument("--procs", type=int, default=3, help="fresh processes per loader")
+    ap.add_argument("--py-procs", type=int, default=0, help="fresh processes per Python loader (default: --procs)")
     ap.add_argument("--later", type=int, default=3, help="loads after the first in each process")
     ap.add_argument("--step-timeout", type=float, default=240)
     ap.add_argument("--skip", default="", help="comma-separated steps to leave out")
@@ -277,7 +278,7 @@ def main():
               ("fastsafetensors (no GDS)", "fastsafetensors", st, False, None),
               ("torch pinned .to(cuda)", "torch_pinned", plain, False, None)]
         for name, kind, path, verify, k in ([] if "python" in skip else py):
-            r = step(name, lambda: python_runs(a, kind, path, a.procs, verify, k))
+            r = step(name, lambda: python_runs(a, kind, path, a.py_procs or a.procs, verify, k))
             if r:
                 rows.append((name, r[0], r[1]))
                 if r[2]:

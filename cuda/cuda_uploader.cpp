@@ -139,6 +139,12 @@ struct uploader::state {
   int device = -1;
   std::vector<cudaStream_t> streams;
   std::vector<std::unique_ptr<completion_lane>> lanes;  // one per stream
+  // One per stream, held while an upload enqueues its copies, the work after them and its
+  // completion: an upload's operations stay contiguous on its stream. Work after the copies needs
+  // it: the secretbox open is two kernels sharing the stream's scratch, and another thread's pair
+  // enqueued between them would overwrite it (seen on an H100: MAC failures at 1 stream, none
+  // with 1 reader).
+  std::vector<std::unique_ptr<std::mutex>> enqueue_mutexes;
   std::atomic<unsigned> next_stream{0};
 
   ~state() {
@@ -190,6 +196,7 @@ result<uploader> uploader::create(int device, int stream_count) {
     if (rc != cudaSuccess) return failure("cudaStreamCreateWithFlags", rc, device, what);
     s->streams.push_back(stream);
     s->lanes.push_back(std::make_unique<completion_lane>(device, i));
+    s->enqueue_mutexes.push_back(std::make_unique<std::mutex>());
   }
   return uploader(std::move(s));
 }
@@ -262,6 +269,7 @@ result<upload_ticket> uploader::enqueue(const stream_work& work, device_buffer& 
   auto what = [&] { return describe_upload(size_bytes, offset_bytes, ticket.stream_); };
 
   TZ_TRY(scope, detail::device_scope::enter(s.device, what()));
+  std::lock_guard contiguous(*s.enqueue_mutexes[index]);
   cudaError_t rc = cudaSuccess;
   cudaEvent_t event = nullptr;
   if (!on_done) {  // with a callback the outcome goes there: no event of the ticket's own

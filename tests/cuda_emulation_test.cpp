@@ -299,6 +299,30 @@ TEST_CASE("encrypted loads open their chunks on the device: the same bytes and t
   check_nothing_alive();
 }
 
+TEST_CASE("readers sharing one stream keep each range's copies and kernels together on it") {
+  emulation_case scope;
+  auto key = tz::crypto::secret_key::random().value();
+  auto enc = tz::format::tensorizer_encryptor::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
+  const auto file = write_floats(6, 5 * mib, &enc);  // 3 chunks each, over 4 MiB slots
+  {
+    // Many readers and one stream: without an upload's operations kept contiguous, another
+    // range's kernel pair lands between a pair's two halves and its chunks fail their MAC (as
+    // they did on an H100 before the uploader held the stream while enqueueing).
+    tz::scheduler sched(4);
+    auto ctx = tz::device_context::create(0, 1).value();
+    tz::device_load_options o;
+    o.decryption = tz::format::decryption::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
+    o.readers = 8;
+    for (int round = 0; round < 6; ++round) {
+      CAPTURE(round);
+      auto t = load(sched, *ctx, std::make_shared<tz::memory_source>(file, "mem-one-stream"), o);
+      REQUIRE(ok(t));
+      CHECK(all_floats_match(*t, 5 * mib));
+    }
+  }
+  check_nothing_alive();
+}
+
 TEST_CASE("one device context serves concurrent loads, each with a ring of its own, and later loads reuse them") {
   emulation_case scope;
   {

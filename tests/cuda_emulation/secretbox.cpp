@@ -8,7 +8,10 @@
 
 #include <sodium.h>
 
+#include <atomic>
+#include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace tz::cuda {
@@ -23,17 +26,32 @@ result<void> launch_secretbox_open(std::span<const secretbox_job> jobs, std::spa
   std::vector<secretbox_job> copy(jobs.begin(), jobs.end());  // read during the call only, as the kernels'
   std::array<std::uint8_t, 32> k{};
   std::copy(key.begin(), key.end(), k.begin());
-  auto work = [copy = std::move(copy), k, device_flags] {
+  // Two operations, as the kernels are two launches: the first leaves a token in the scratch (the
+  // Poly1305 partial sums), the second opens the chunks only if the token is still there. Work of
+  // another launch enqueued between them on this stream overwrites it, and the chunks then fail
+  // their MAC, as they do on a GPU.
+  static std::atomic<std::uint64_t> tokens{1};
+  const std::uint64_t token = tokens.fetch_add(1);
+  auto* scratch = device_scratch;
+  auto partial = [scratch, token] {
+    if (auto* at = emulation::device_bytes(scratch, sizeof token)) std::memcpy(at, &token, sizeof token);
+  };
+  auto open = [copy = std::move(copy), k, device_flags, scratch, token] {
+    std::uint64_t seen = 0;
+    if (auto* at = emulation::device_bytes(scratch, sizeof seen)) std::memcpy(&seen, at, sizeof seen);
     for (std::size_t i = 0; i < copy.size(); ++i) {
       const auto& j = copy[i];
       auto* data = reinterpret_cast<unsigned char*>(emulation::device_bytes(j.device_data, j.size_bytes));
       auto* flag = reinterpret_cast<std::uint8_t*>(emulation::device_bytes(device_flags + i, 1));
       if (flag == nullptr) continue;  // not device memory: the caller broke the contract
-      *flag = data != nullptr &&
+      *flag = seen == token && data != nullptr &&
               crypto_secretbox_open_detached(data, data, j.mac.data(), j.size_bytes, j.nonce.data(), k.data()) == 0;
     }
   };
-  if (!emulation::enqueue_work(cuda_stream, std::move(work)))
+  if (!emulation::enqueue_work(cuda_stream, std::move(partial)))
+    return make_error(errc::cuda, "secretbox open: unknown stream (emulation)");
+  std::this_thread::yield();  // let another thread's launch in between, if the caller allows it
+  if (!emulation::enqueue_work(cuda_stream, std::move(open)))
     return make_error(errc::cuda, "secretbox open: unknown stream (emulation)");
   return {};
 }
