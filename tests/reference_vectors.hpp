@@ -19,11 +19,14 @@ inline std::filesystem::path vectors_dir() {
   return std::filesystem::path(env && *env ? env : TZ_VECTORS_DIR);
 }
 
-inline const suite_needs reference_needs_vectors{"reference", "the reference vectors", [] {
+// "" when the 2.11.1 reference vectors are there, else why not (a suite_needs check).
+inline std::string vectors_missing() {
   const auto dir = vectors_dir();
   if (std::filesystem::exists(dir / "encrypted.manifest.json")) return std::string();
   return "absent under " + dir.string() + " (the tz_vectors fixture writes them; TZ_VECTORS names another place)";
-}};
+}
+
+inline const suite_needs reference_needs_vectors{"reference", "the reference vectors", vectors_missing};
 
 inline std::filesystem::path vectors_2121_dir() {
   const char* env = std::getenv("TZ_VECTORS_2121");
@@ -33,11 +36,7 @@ inline std::filesystem::path vectors_2121_dir() {
 // The 2.12.1 cases (suite "reference_2121") run as the entries *_reference_2121, which require the
 // tz_vectors_2121 fixture; it is skipped when scripts/setup.sh has not installed tensorizer 2.12.1
 // in its venv, and then so are they: the suite needs both sets of vectors, checked up front.
-inline const suite_needs reference_2121_needs_vectors{"reference_2121", "the reference vectors", [] {
-  const auto dir = vectors_dir();
-  if (std::filesystem::exists(dir / "encrypted.manifest.json")) return std::string();
-  return "absent under " + dir.string() + " (the tz_vectors fixture writes them; TZ_VECTORS names another place)";
-}};
+inline const suite_needs reference_2121_needs_vectors{"reference_2121", "the reference vectors", vectors_missing};
 inline const suite_needs reference_2121_needs_2121{"reference_2121", "tensorizer 2.12.1's reference vectors", [] {
   const auto dir = vectors_2121_dir();
   if (std::filesystem::exists(dir / "long_v5_encrypted.manifest.json")) return std::string();
