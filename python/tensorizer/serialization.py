@@ -35,6 +35,7 @@ import collections.abc
 import concurrent.futures
 import contextlib
 import dataclasses
+import enum
 import errno
 import hashlib
 import io
@@ -190,6 +191,27 @@ class TensorHash:
     __slots__ = ("type", "hash")
     type: HashType
     hash: bytes
+
+
+# The class the header parsers were written with: where code has replaced serialization.TensorHash
+# (2.11.1's test_verification_fail does), loads compare with what the replacement builds.
+_STORED_TENSOR_HASH = TensorHash
+
+
+class _FileFeatureFlags(enum.IntFlag):
+    encrypted = enum.auto()
+
+
+@dataclasses.dataclass
+class _FileHeader:
+    """The file header's fields (format/FORMAT.md §3.1), as 2.11.1's `TensorDeserializer._file_header`
+    shows them; the engine parses the header, this only reports it."""
+
+    __slots__ = ("version_number", "feature_flags", "tensor_size", "tensor_count")
+    version_number: int
+    feature_flags: _FileFeatureFlags
+    tensor_size: int
+    tensor_count: int
 
 
 @dataclasses.dataclass(order=True)
@@ -477,6 +499,7 @@ class _HeaderInfo(typing.NamedTuple):
     module_idx: int
     hashes: List[TensorHash]
     hash_prefix: bytes  # H of format/FORMAT.md §8.2
+    stored: Tuple[Tuple[int, bytes], ...] = ()  # the (type, value) pairs as the file holds them
 
 
 def _parse_header(header: bytes, has_crypt: bool, long_shape: bool) -> _HeaderInfo:
@@ -498,16 +521,18 @@ def _parse_header(header: bytes, has_crypt: bool, long_shape: bool) -> _HeaderIn
     pos += 1
     h = bytearray(header)
     hashes = []
+    stored = []
     for _ in range(count):
         kind, length = mv[pos], mv[pos + 1]
         value = bytes(mv[pos + 2 : pos + 2 + length])
         hashes.append(TensorHash(HashType(kind), value))
+        stored.append((kind, value))
         h[pos + 2 : pos + 2 + length] = bytes(length)
         pos += 2 + length
     if has_crypt:
         (crypt_len,) = struct.unpack_from("<Q", mv, hash_end)
         del h[hash_end : hash_end + 8 + crypt_len]
-    return _HeaderInfo(module_idx, hashes, bytes(h))
+    return _HeaderInfo(module_idx, hashes, bytes(h), tuple(stored))
 
 
 def _check_hashes(hashes, h: bytes, data) -> bool:
@@ -868,6 +893,12 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
 
         self.total_file_bytes = reader.file_bytes
         entries = list(reader.entries)
+        self._file_header = _FileHeader(
+            reader.version,
+            _FileFeatureFlags.encrypted if self._encrypted_file else _FileFeatureFlags(0),
+            reader.file_bytes,
+            len(entries),
+        )
         if not entries:
             raise ValueError("Tensor index in the file is empty")
         self._entries = entries
@@ -994,6 +1025,8 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
                 list(todo), readers=self._num_readers or 0, **kwargs
             )
         self._note_timings(loaded)
+        if verify:
+            self._check_replaced_hashes(loaded.indices)
         on_device = dev >= 0
         entries = self._entries
         for pos, idx in enumerate(loaded.indices):
@@ -1009,6 +1042,43 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
                 t = t.view(dtype).reshape(shape)
             self._cache[idx] = self._to_parameter(t, target)
             self._bytes_read += entry.data_offset + entry.data_length - entry.header_offset
+
+    @property
+    def _file_flags(self) -> _FileFeatureFlags:
+        """The file header's feature flags (2.11.1's private accessor; see `_file_header`)."""
+        return self._file_header.feature_flags
+
+    @_file_flags.setter
+    def _file_flags(self, val: _FileFeatureFlags) -> None:
+        # Reported only: the engine reads the flags from the file itself.
+        self._file_header.feature_flags = val
+
+    def _check_replaced_hashes(self, indices: Sequence[int]) -> None:
+        """Raises HashMismatchError for the first tensor whose hashes, as a replaced
+        `serialization.TensorHash` builds them from the header, differ from the stored ones.
+
+        2.11.1 verifies against the TensorHash objects its header parser made, so replacing the
+        class changes the expected values; the engine has just verified the data against the
+        stored values, so a difference there is a mismatch with the data. Nothing is read while
+        TensorHash is the class this module defines."""
+        if TensorHash is _STORED_TENSOR_HASH or self._kind != "tensorizer":
+            return
+        self._ensure_headers(indices)
+        for i in indices:
+            info = self._headers[i]
+            for expected, (kind, stored) in zip(info.hashes, info.stored):
+                if bytes(expected.hash) == stored:
+                    continue
+                name = _public_name(self._paths[i])
+                if kind == HashType.CRC32:
+                    raise HashMismatchError(
+                        f"Tensor '{name}' failed CRC32 verification. Expected"
+                        f" {int.from_bytes(expected.hash, 'little')}, got {int.from_bytes(stored, 'little')}."
+                    )
+                raise HashMismatchError(
+                    f"Tensor '{name}' failed SHA256 verification."
+                    f" Expected {bytes(expected.hash).hex()}, got {stored.hex()}."
+                )
 
     def _note_timings(self, loaded) -> None:
         _record_perf_stats(loaded)
@@ -1302,14 +1372,15 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
             return
         if self._kind != "tensorizer":
             for i in missing:
-                self._headers[i] = _HeaderInfo(0, [], b"")
+                self._headers[i] = _HeaderInfo(0, [], b"", ())
             return
         e0 = self._entries[missing[0]]
         if getattr(e0, "hashes", None) is not None and getattr(e0, "hash_prefix", None) is not None:
             for i in missing:
                 e = self._entries[i]
-                hashes = [TensorHash(HashType(k), bytes(v)) for k, v in e.hashes]
-                self._headers[i] = _HeaderInfo(e.module_idx, hashes, bytes(e.hash_prefix))
+                stored = tuple((int(k), bytes(v)) for k, v in e.hashes)
+                hashes = [TensorHash(HashType(k), v) for k, v in stored]
+                self._headers[i] = _HeaderInfo(e.module_idx, hashes, bytes(e.hash_prefix), stored)
             return
         opened = self._opened
         if self._reader is not None and opened is not None and opened.source is not None:

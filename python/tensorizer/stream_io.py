@@ -703,6 +703,15 @@ def _resolve_s3(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_p
         if endpoint and endpoint.lower().startswith("http://"):
             out["force_http"] = True
         out["s3_endpoint"] = endpoint or (default_s3_write_endpoint if for_write else default_s3_read_endpoint)
+    elif s3_endpoint:
+        # As 2.11.1, an explicit endpoint goes through `_enforce_scheme`, looked up at each open, so
+        # code that replaces it (2.11.1's own tests do, to reach an http:// server) decides what is
+        # allowed. An http:// result reaches the native client with force_http, which keeps it.
+        config_http = force_http is None and parsed.use_https is False
+        url = _enforce_scheme(s3_endpoint, False, bool(force_http) or config_http)
+        out["s3_endpoint"] = url
+        if url.lower().startswith("http://"):
+            out["force_http"] = True
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -774,6 +783,86 @@ def s3_download(path_uri: str, s3_access_key_id: Optional[str] = None, s3_secret
     source = _open_source(path_uri, options)
     return CURLStreamFile._from_source(source, begin=begin, end=end, buffer_size=buffer_size, name=path_uri,
                                        open_seconds=time.monotonic() - started)
+
+
+def _s3_download_url(path_uri: str, s3_access_key_id: Optional[str], s3_secret_access_key: Optional[str],
+                     s3_endpoint: Optional[str] = default_s3_read_endpoint, s3_region_name: Optional[str] = None,
+                     s3_signature_version: Optional[str] = None) -> str:
+    """A presigned GET URL for s3://bucket/key, as 2.11.1 made with boto3 for curl (ours reads S3
+    natively and does not use it; kept for code that calls it). SigV4 ("v4") by default, the V2
+    query signature ("s3") for accel-object endpoints as there; an unsigned plain URL for "" / ""
+    keys, or for None / None where botocore finds no credentials. The expiry is aligned to a day
+    boundary 1-2 days ahead, so clients make identical URLs. The default endpoint is frozen at import
+    as there (None means `default_s3_read_endpoint` now); one without a scheme gets https://."""
+    bucket, key = _parse_s3_uri(path_uri)
+    given = s3_endpoint or default_s3_read_endpoint
+    endpoint = given if "://" in given else "https://" + given
+    if s3_access_key_id is None and s3_secret_access_key is None:
+        found = _botocore_credentials(_botocore_session())
+        s3_access_key_id = found.get("s3_access_key_id", "")
+        s3_secret_access_key = found.get("s3_secret_access_key", "")
+        token = found.get("s3_session_token")
+    else:
+        token = None
+    parts = urllib.parse.urlsplit(endpoint)
+    quoted_key = urllib.parse.quote(key, safe="/~")
+    if _is_caios(endpoint):
+        host, path = f"{bucket}.{parts.netloc}", f"/{quoted_key}"
+    else:
+        host, path = parts.netloc, f"/{bucket}/{quoted_key}"
+    base = f"{parts.scheme}://{host}{path}"
+    if s3_access_key_id == s3_secret_access_key == "":
+        return base
+    day_s = 86400
+    now = int(time.time())
+    expiry = now - now % day_s + 2 * day_s
+    if not s3_signature_version:
+        s3_signature_version = "s3" if "accel-object" in given.lower().split(".") else "v4"
+    if s3_signature_version.lower() == "s3":
+        return base + "?" + _presign_v2(bucket, quoted_key, s3_access_key_id, s3_secret_access_key, token, expiry)
+    region = (s3_region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+              or "us-east-1")
+    query = _presign_v4(host, path, region, s3_access_key_id, s3_secret_access_key, token, expiry - now, now)
+    return base + "?" + query
+
+
+def _presign_v2(bucket: str, quoted_key: str, access_key: str, secret_key: str, token: Optional[str],
+                expiry: int) -> str:
+    """The query of a V2 (HMAC-SHA1) presigned GET of /bucket/key expiring at `expiry`."""
+    import base64
+    import hashlib
+    import hmac
+
+    amz = f"x-amz-security-token:{token}\n" if token else ""
+    to_sign = f"GET\n\n\n{expiry}\n{amz}/{bucket}/{quoted_key}"
+    signature = base64.b64encode(hmac.new(secret_key.encode(), to_sign.encode(), hashlib.sha1).digest()).decode()
+    query = {"AWSAccessKeyId": access_key, "Signature": signature, "Expires": str(expiry)}
+    if token:
+        query["x-amz-security-token"] = token
+    return urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
+
+
+def _presign_v4(host: str, path: str, region: str, access_key: str, secret_key: str, token: Optional[str],
+                expires_s: int, now: int) -> str:
+    """The query of a SigV4 presigned GET of `path` on `host` (UNSIGNED-PAYLOAD, host signed)."""
+    import hashlib
+    import hmac
+
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    scope = f"{stamp[:8]}/{region}/s3/aws4_request"
+    query = {"X-Amz-Algorithm": "AWS4-HMAC-SHA256", "X-Amz-Credential": f"{access_key}/{scope}",
+             "X-Amz-Date": stamp, "X-Amz-Expires": str(expires_s), "X-Amz-SignedHeaders": "host"}
+    if token:
+        query["X-Amz-Security-Token"] = token
+    canonical_query = "&".join(f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
+                               for k, v in sorted(query.items()))
+    canonical = f"GET\n{path}\n{canonical_query}\nhost:{host}\n\nhost\nUNSIGNED-PAYLOAD"
+    to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+    signing_key = ("AWS4" + secret_key).encode()
+    for part in (stamp[:8], region, "s3", "aws4_request"):
+        signing_key = hmac.new(signing_key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(signing_key, to_sign.encode(), hashlib.sha256).hexdigest()
+    return canonical_query + "&X-Amz-Signature=" + signature
 
 
 def _local_path_of_file_uri(uri: str) -> str:

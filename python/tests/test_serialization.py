@@ -950,3 +950,39 @@ def test_safetensors_files(tmp_path):
             assert sorted(d.keys()) == ["a", "b", "c"]
             for k, v in sd.items():
                 assert_same(d[k], v)
+
+
+def test_file_header_and_flags_report_the_file_header(tmp_path):
+    path = tmp_path / "m.tensors"
+    with TensorSerializer(str(path)) as s:
+        s.write_state_dict({"a": torch.arange(4.0), "b": torch.zeros(2)})
+    with TensorDeserializer(str(path)) as d:
+        header = d._file_header
+        assert isinstance(header, tensorizer.serialization._FileHeader)
+        assert header.tensor_count == 2 and header.tensor_size == d.total_file_bytes
+        assert header.version_number >= 1
+        assert tensorizer.serialization._FileFeatureFlags.encrypted not in d._file_flags
+
+
+def test_a_replaced_tensor_hash_changes_what_verification_expects(tmp_path, monkeypatch):
+    # 2.11.1's test_verification_fail replaces serialization.TensorHash with one that zeroes hashes.
+    path = tmp_path / "m.tensors"
+    with TensorSerializer(str(path)) as s:
+        s.write_state_dict({"a": torch.arange(4.0), "b": torch.ones(3)})
+    original = tensorizer.serialization.TensorHash
+
+    def zeroed(*args, **kwargs):
+        h = original(*args, **kwargs)
+        h.hash = bytes(len(h.hash))
+        return h
+
+    monkeypatch.setattr(tensorizer.serialization, "TensorHash", zeroed)
+    for readers in (1, 4):
+        with pytest.raises(HashMismatchError, match="Tensor 'a' failed CRC32 verification"):
+            TensorDeserializer(str(path), verify_hash=True, num_readers=readers).close()
+    with TensorDeserializer(str(path), lazy_load=True, verify_hash=True) as d:
+        with pytest.raises(HashMismatchError):
+            d["b"]
+    TensorDeserializer(str(path)).close()  # unverified loads do not look
+    monkeypatch.setattr(tensorizer.serialization, "TensorHash", original)
+    TensorDeserializer(str(path), verify_hash=True).close()

@@ -816,3 +816,46 @@ def test_s3_writes_upload_on_close(s3_server):
         f.write(DATA[:777])
     with open_stream(f"s3://{S3_BUCKET}/written dir/w.bin", **s3_kwargs(s3_server)) as f:
         assert f.read() == DATA[:777]
+
+
+def test_a_replaced_enforce_scheme_decides_whether_an_explicit_http_endpoint_is_allowed(monkeypatch):
+    # 2.11.1's own S3 tests replace _enforce_scheme to reach an http:// moto server.
+    upload = RecordingUploader()
+    monkeypatch.setattr(stream_io, "_native", lambda: type("N", (), {"upload_file": staticmethod(upload)}))
+    keys = dict(s3_access_key_id="k", s3_secret_access_key="s", s3_endpoint="http://127.0.0.1:1")
+    with pytest.raises(ValueError, match="Non-HTTPS endpoint URLs are not allowed"):
+        open_stream("s3://bucket/key", "wb", **keys)
+    monkeypatch.setattr(stream_io, "_enforce_scheme", lambda endpoint, *_: endpoint)
+    with open_stream("s3://bucket/key", "wb", **keys) as f:
+        f.write(b"x")
+    assert upload.calls == [(b"x", "s3://bucket/key", {
+        "s3_access_key_id": "k", "s3_secret_access_key": "s", "s3_endpoint": "http://127.0.0.1:1",
+        "force_http": True})]
+
+
+def test_s3_download_url_presigns_as_boto3_does():
+    boto3 = pytest.importorskip("boto3")
+    import botocore.config
+
+    key = "dir/a b+c.tensors"
+    cases = [("v4", "http://127.0.0.1:5000", "path"), ("s3", "https://accel-object.ord1.coreweave.com", "path"),
+             ("v4", "https://cwobject.com", "virtual")]
+    for version, endpoint, style in cases:
+        for _ in range(5):  # both within one second, so both sign the same time
+            now = int(time.time())
+            ours = stream_io._s3_download_url(f"s3://bucket/{key}", "AK", "SK", s3_endpoint=endpoint,
+                                              s3_region_name="ord1", s3_signature_version=version)
+            expiry = now - now % 86400 + 2 * 86400
+            client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="AK", aws_secret_access_key="SK",
+                                  region_name="ord1",
+                                  config=botocore.config.Config(signature_version=version, s3={"addressing_style": style}))
+            theirs = client.generate_presigned_url("get_object", Params={"Bucket": "bucket", "Key": key},
+                                                   ExpiresIn=expiry - now)
+            if int(time.time()) == now:
+                break
+        ours_base, ours_query = ours.split("?")
+        theirs_base, theirs_query = theirs.split("?")
+        assert ours_base == theirs_base
+        assert sorted(ours_query.split("&")) == sorted(theirs_query.split("&"))
+    assert stream_io._s3_download_url("s3://bucket/k", "", "", s3_endpoint="h.example") == "https://h.example/bucket/k"
+    assert "AWSAccessKeyId=AK" in stream_io._s3_download_url("s3://bucket/k", "AK", "SK")  # accel-object: V2
