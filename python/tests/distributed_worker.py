@@ -1,0 +1,59 @@
+"""One rank of the distributed-load tests (test_distributed.py) and benchmark: joins a gloo group on
+loopback (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment), loads the file the JSON
+argument names with a TensorDeserializer on that group, and saves what it got (tensors, stats, or
+the error and how long it took to arrive) to OUT/rank{R}.pt.
+
+argv[1]: JSON {"spec": str|list, "out": dir, "verify": bool, "key": hex|None, "slices": {pattern:
+[dim]|[dim, start, stop]}, "fail": None|"bad_file"|"wrong_key"|"die", "fail_rank": int,
+"timeout_s": float, "fanout": "broadcast"|"all_gather", "raw": bool (bench: load_partitioned directly)}
+"""
+
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    args = json.loads(sys.argv[1])
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=float(args.get("timeout_s", 20))))
+    from tensorizer import DecryptionParams, TensorDeserializer
+    from tensorizer.distributed import DistributedLoadError, Slice
+
+    spec = args["spec"]
+    key = bytes.fromhex(args["key"]) if args.get("key") else None
+    failing = args.get("fail") is not None and rank == args.get("fail_rank", 1)
+    if failing and args["fail"] == "bad_file":
+        spec = spec + ".missing" if isinstance(spec, str) else [s + ".missing" for s in spec]
+    if failing and args["fail"] == "wrong_key":
+        key = bytes(32)
+    if failing and args["fail"] == "die":
+        os._exit(3)
+    slices = {p: (Slice(dim=v[0]) if len(v) == 1 else Slice(dim=v[0], start=v[1], stop=v[2]))
+              for p, v in (args.get("slices") or {}).items()}
+    out = {"rank": rank}
+    t0 = time.monotonic()
+    try:
+        d = TensorDeserializer(spec, device="cpu", verify_hash=bool(args.get("verify")),
+                               encryption=DecryptionParams.from_key(key) if key else None,
+                               process_group=dist.group.WORLD, slices=slices)
+        out["tensors"] = {k: v.detach().clone() for k, v in d.items()}
+        out["stats"] = dict(d.distributed_stats)
+    except DistributedLoadError as e:
+        out["error"] = str(e)
+        out["error_rank"] = e.rank
+    out["elapsed_s"] = time.monotonic() - t0
+    torch.save(out, os.path.join(args["out"], f"rank{rank}.pt"))
+    if "error" not in out:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
