@@ -199,11 +199,13 @@ def load_partitioned(
     group = process_group if process_group is not None else dist.group.WORLD
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     device = torch.device(device)
+    if fanout not in ("broadcast", "all_gather"):
+        raise ValueError(f"fanout: 'broadcast' or 'all_gather', not {fanout!r}")
     indices = sorted(indices)
     error = prior_error
     stats: Dict[str, float] = {"read_bytes": 0, "share_bytes": 0, "data_bytes": 0, "load_s": 0.0, "fanout_s": 0.0}
     t0 = time.perf_counter()
-    share = None
+    share = flat = None
     begin, lo, hi, flat_of = [0] * (world + 1), 0, 0, {}
     try:
         if error is not None or not indices:  # failed already, or nothing to partition
@@ -215,7 +217,12 @@ def load_partitioned(
         begin = plan["begin"]
         flat_of = dict(zip(plan["tensors"], plan["flat_offset"]))
         lo, hi = begin[rank], begin[rank + 1]
-        share = _host_buffer(hi - lo, device.type == "cuda")
+        if device.type == "cpu" and fanout == "broadcast":
+            # Host memory: the share lands in its place in the flat buffer, no staging copy.
+            flat = torch.empty(max(begin[world], 1), dtype=torch.uint8)
+            share = flat[lo : max(hi, lo + 1)]
+        else:
+            share = _host_buffer(hi - lo, device.type == "cuda")
         extents = [(i, b, n, flat_of[i] + b - lo) for i, b, n in plan["parts"][rank]]
         got = _C.load_extents(reader, extents, share.numpy(), verify=verify, readers=readers, decryption=decryption)
         stats["read_bytes"] = got["read_bytes"]
@@ -232,23 +239,23 @@ def load_partitioned(
     total = begin[world]
     try:
         if fanout == "broadcast":
-            flat = torch.empty(max(total, 1), dtype=torch.uint8, device=device)
-            if hi > lo:
+            if flat is None:
+                flat = torch.empty(max(total, 1), dtype=torch.uint8, device=device)
+            if hi > lo and share.data_ptr() != flat[lo:hi].data_ptr():
                 flat[lo:hi].copy_(share[: hi - lo], non_blocking=True)
             for r in range(world):
                 if begin[r + 1] > begin[r]:
                     dist.broadcast(flat[begin[r] : begin[r + 1]], src=_global_rank(group, r), group=group)
             place = lambda off, n: flat[off : off + n]  # noqa: E731
-        elif fanout == "all_gather":
+        else:  # one all-gather of equal (padded) per-rank buffers
             most = max(begin[r + 1] - begin[r] for r in range(world))
             mine = torch.zeros(max(most, 1), dtype=torch.uint8, device=device)
             if hi > lo:
                 mine[: hi - lo].copy_(share[: hi - lo])
             gathered = torch.empty(world * max(most, 1), dtype=torch.uint8, device=device)
-            dist.all_gather_into_tensor(gathered, mine, group=group)
+            gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.1x
+            gather(gathered, mine, group=group)
             place = lambda off, n: _assemble(gathered, begin, max(most, 1), off, n)  # noqa: E731
-        else:
-            raise ValueError(f"fanout: 'broadcast' or 'all_gather', not {fanout!r}")
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except DistributedLoadError:
