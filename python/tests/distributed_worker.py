@@ -5,7 +5,7 @@ the error and how long it took to arrive) to OUT/rank{R}.pt.
 
 argv[1]: JSON {"spec": str|list, "out": dir, "verify": bool, "key": hex|None, "slices": {pattern:
 [dim]|[dim, start, stop]}, "fail": None|"bad_file"|"wrong_key"|"die", "fail_rank": int,
-"timeout_s": float, "fanout": "broadcast"|"all_gather", "raw": bool (bench: load_partitioned directly)}
+"timeout_s": float, "backend": "gloo"|"nccl", "device": "cpu"|"cuda:{rank}"}
 """
 
 import datetime
@@ -21,7 +21,10 @@ import torch.distributed as dist
 def main() -> None:
     args = json.loads(sys.argv[1])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", rank=rank, world_size=world,
+    device = args.get("device", "cpu").replace("{rank}", str(rank))
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    dist.init_process_group(args.get("backend", "gloo"), rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=float(args.get("timeout_s", 20))))
     from tensorizer import DecryptionParams, TensorDeserializer
     from tensorizer.distributed import DistributedLoadError, Slice
@@ -40,10 +43,10 @@ def main() -> None:
     out = {"rank": rank}
     t0 = time.monotonic()
     try:
-        d = TensorDeserializer(spec, device="cpu", verify_hash=bool(args.get("verify")),
+        d = TensorDeserializer(spec, device=device, verify_hash=bool(args.get("verify")),
                                encryption=DecryptionParams.from_key(key) if key else None,
                                process_group=dist.group.WORLD, slices=slices)
-        out["tensors"] = {k: v.detach().clone() for k, v in d.items()}
+        out["tensors"] = {k: v.detach().cpu().clone() for k, v in d.items()}
         out["stats"] = dict(d.distributed_stats)
     except DistributedLoadError as e:
         out["error"] = str(e)

@@ -229,3 +229,14 @@ def test_a_dead_rank_fails_every_other_rank_within_the_group_timeout(plain_file,
             continue
         assert "error" in g, f"rank {r} did not fail"
         assert g["elapsed_s"] < GROUP_TIMEOUT_S + 15, g
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_nccl_partitioned_load_onto_each_ranks_gpu(plain_file, tmp_path):
+    if not dist.is_nccl_available():
+        pytest.skip("torch.distributed has no NCCL")
+    world = torch.cuda.device_count()
+    ref = single_load(str(plain_file))
+    results = run_world(world, tmp_path, spec=str(plain_file), slices=SLICES, backend="nccl", device="cuda:{rank}")
+    assert_identical(results, ref, world, SLICES)
+    assert_balanced(results, 4096)
