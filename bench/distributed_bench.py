@@ -131,7 +131,8 @@ def main() -> None:
                 fan = max(r[fanout]["fanout_s"] for r in res)
                 row = {"world": world, "fanout": fanout, "read_bytes_per_rank_max": read,
                        "read_bytes_per_rank": [r[fanout]["read_bytes"] for r in res], "data_bytes": data,
-                       "load_s_max": load, "fanout_s_max": fan, "gb_per_s": data / (load + fan) / 1e9,
+                       "load_s_max": load, "fanout_s_max": fan,
+                       "status_s_max": max(r[fanout]["status_s"] for r in res), "gb_per_s": data / (load + fan) / 1e9,
                        "rows_read_bytes": max(r["rows"]["read_bytes"] for r in res),
                        "columns_read_bytes": max(r["columns"]["read_bytes"] for r in res),
                        "rows_s": max(r["rows"]["load_s"] for r in res),

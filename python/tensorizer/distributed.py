@@ -190,7 +190,9 @@ def load_partitioned(
     """Loads tensors `indices` of `reader` (a ``_C.Reader``) on every rank of `process_group`,
     each rank reading only its share. Returns (entry index -> 1-D uint8 tensor of its bytes on
     `device`, stats): stats has ``read_bytes`` (this rank's source bytes, headers and cipher
-    chunks included), ``share_bytes``, ``data_bytes`` (all ranks), ``load_s``, ``fanout_s``.
+    chunks included), ``share_bytes``, ``data_bytes`` (all ranks), ``load_s`` (reading the share
+    and placing it in the fan-out's buffer on `device`), ``status_s`` (the status exchange),
+    ``fanout_s`` (the collectives that move the data).
 
     Every rank must call it with the same checkpoint and indices. A rank whose read fails makes
     every rank raise DistributedLoadError naming it and its cause; a rank that dies makes the
@@ -203,9 +205,11 @@ def load_partitioned(
         raise ValueError(f"fanout: 'broadcast' or 'all_gather', not {fanout!r}")
     indices = sorted(indices)
     error = prior_error
-    stats: Dict[str, float] = {"read_bytes": 0, "share_bytes": 0, "data_bytes": 0, "load_s": 0.0, "fanout_s": 0.0}
+    stats: Dict[str, float] = {"read_bytes": 0, "share_bytes": 0, "data_bytes": 0, "load_s": 0.0, "status_s": 0.0,
+                               "fanout_s": 0.0}
     t0 = time.perf_counter()
-    share = flat = None
+    share = flat = mine = gathered = None
+    most = 1
     begin, lo, hi, flat_of = [0] * (world + 1), 0, 0, {}
     try:
         if error is not None or not indices:  # failed already, or nothing to partition
@@ -228,44 +232,53 @@ def load_partitioned(
         stats["read_bytes"] = got["read_bytes"]
         stats["share_bytes"] = hi - lo
         stats["data_bytes"] = begin[world]
+        # Everything local to this rank (device memory, the copy of the share into it) happens
+        # before the status exchange, so that its failure (out of memory, say) is reported too
+        # rather than leaving the other ranks waiting in a collective.
+        total = begin[world]
+        if fanout == "broadcast":
+            if flat is None:
+                flat = torch.empty(max(total, 1), dtype=torch.uint8, device=device)
+                if hi > lo:
+                    flat[lo:hi].copy_(share[: hi - lo], non_blocking=True)
+        else:  # one all-gather of equal (padded) per-rank buffers
+            most = max(1, max(begin[r + 1] - begin[r] for r in range(world)))
+            mine = torch.zeros(most, dtype=torch.uint8, device=device)
+            if hi > lo:
+                mine[: hi - lo].copy_(share[: hi - lo], non_blocking=True)
+            gathered = torch.empty(world * most, dtype=torch.uint8, device=device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
     except _Skip:
         pass
     except Exception as e:
         error = f"{type(e).__name__}: {e}"
     stats["load_s"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
     _exchange_status(group, error, _fingerprint(reader, indices))
+    stats["status_s"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
-    total = begin[world]
+    out: Dict[int, torch.Tensor] = {}
+    entries = reader.entries
+    if begin[world] == 0:  # nothing stored: zero-size tensors only, or no tensors
+        return {i: torch.zeros(entries[i].deserialized_bytes, dtype=torch.uint8, device=device) for i in indices}, stats
     try:
         if fanout == "broadcast":
-            if flat is None:
-                flat = torch.empty(max(total, 1), dtype=torch.uint8, device=device)
-            if hi > lo and share.data_ptr() != flat[lo:hi].data_ptr():
-                flat[lo:hi].copy_(share[: hi - lo], non_blocking=True)
             for r in range(world):
                 if begin[r + 1] > begin[r]:
                     dist.broadcast(flat[begin[r] : begin[r + 1]], src=_global_rank(group, r), group=group)
             place = lambda off, n: flat[off : off + n]  # noqa: E731
-        else:  # one all-gather of equal (padded) per-rank buffers
-            most = max(begin[r + 1] - begin[r] for r in range(world))
-            mine = torch.zeros(max(most, 1), dtype=torch.uint8, device=device)
-            if hi > lo:
-                mine[: hi - lo].copy_(share[: hi - lo])
-            gathered = torch.empty(world * max(most, 1), dtype=torch.uint8, device=device)
+        else:
             gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.1x
             gather(gathered, mine, group=group)
-            place = lambda off, n: _assemble(gathered, begin, max(most, 1), off, n)  # noqa: E731
+            place = lambda off, n: _assemble(gathered, begin, most, off, n)  # noqa: E731
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-    except DistributedLoadError:
-        raise
     except Exception as e:
         raise DistributedLoadError(f"rank {rank}: the fan-out failed (a rank died or timed out): {e}", cause=str(e)) from e
     stats["fanout_s"] = time.perf_counter() - t1
 
-    out: Dict[int, torch.Tensor] = {}
-    entries = reader.entries
     for i in indices:
         n = entries[i].deserialized_bytes
         out[i] = place(flat_of[i], n) if n else torch.empty(0, dtype=torch.uint8, device=device)

@@ -5,7 +5,7 @@ the error and how long it took to arrive) to OUT/rank{R}.pt.
 
 argv[1]: JSON {"spec": str|list, "out": dir, "verify": bool, "key": hex|None, "slices": {pattern:
 [dim]|[dim, start, stop]}, "fail": None|"bad_file"|"wrong_key"|"die", "fail_rank": int,
-"timeout_s": float, "backend": "gloo"|"nccl", "device": "cpu"|"cuda:{rank}"}
+"timeout_s": float, "fanout": None|"broadcast"|"all_gather" (load_partitioned directly), "backend": "gloo"|"nccl", "device": "cpu"|"cuda:{rank}"}
 """
 
 import datetime
@@ -16,6 +16,10 @@ import time
 
 import torch
 import torch.distributed as dist
+
+
+class _Done(Exception):
+    pass
 
 
 def main() -> None:
@@ -43,11 +47,25 @@ def main() -> None:
     out = {"rank": rank}
     t0 = time.monotonic()
     try:
+        if args.get("fanout"):  # tensorizer.distributed.load_partitioned itself, with this fan-out
+            from tensorizer import _C
+            from tensorizer.distributed import load_partitioned, typed
+            from tensorizer.serialization import _entry_torch_dtype
+
+            reader = _C.Reader.open_checkpoint([spec])
+            flat, stats = load_partitioned(reader, range(len(reader.entries)), process_group=dist.group.WORLD,
+                                           device=device, fanout=args["fanout"])
+            out["tensors"] = {e.display: typed(flat[e.index], _entry_torch_dtype(e), e.shape).cpu().clone()
+                              for e in reader.entries}
+            out["stats"] = stats
+            raise _Done()
         d = TensorDeserializer(spec, device=device, verify_hash=bool(args.get("verify")),
                                encryption=DecryptionParams.from_key(key) if key else None,
                                process_group=dist.group.WORLD, slices=slices)
         out["tensors"] = {k: v.detach().cpu().clone() for k, v in d.items()}
         out["stats"] = dict(d.distributed_stats)
+    except _Done:
+        pass
     except DistributedLoadError as e:
         out["error"] = str(e)
         out["error_rank"] = e.rank

@@ -155,6 +155,14 @@ def test_verified_partitioned_load_hashes_whole_tensors_on_their_owners(plain_fi
     assert_balanced(results, max(v.numel() * v.element_size() for v in ref.values()))
 
 
+@pytest.mark.parametrize("world,fanout", [(2, "all_gather"), (4, "all_gather"), (4, "broadcast")])
+def test_both_fanouts_give_every_rank_every_tensor(plain_file, tmp_path, world, fanout):
+    ref = single_load(str(plain_file))
+    results = run_world(world, tmp_path, spec=str(plain_file), fanout=fanout)
+    assert_identical(results, ref, world)
+    assert_balanced(results, 4096)
+
+
 def test_verified_slices_refuse_with_a_clear_error_on_every_rank(plain_file, tmp_path):
     results = run_world(2, tmp_path, spec=str(plain_file), verify=True, slices={"w_rows": [0]})
     for g in results:
