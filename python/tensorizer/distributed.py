@@ -118,9 +118,18 @@ def _exchange_status(group, error: Optional[str], fingerprint: int) -> None:
         mine[16 : 16 + len(msg)] = torch.frombuffer(bytearray(msg), dtype=torch.uint8)
     mine = mine.to(dev)
     gathered = [torch.empty_like(mine) for _ in range(world)]
+    arrived = _arrival(group, rank)
     try:
         dist.all_gather(gathered, mine, group=group)
     except Exception as e:  # a rank died, or the group's timeout passed
+        missing = arrived(world) if arrived else None
+        if missing:
+            who = ", ".join(str(r) for r in missing)
+            raise DistributedLoadError(
+                f"rank {who} did not reach the distributed load's status exchange (died or hung); "
+                f"rank {rank}'s collective failed: {e}",
+                rank=missing[0], cause=str(e),
+            ) from e
         raise DistributedLoadError(
             f"rank {rank}: the distributed load's status exchange failed (a rank died or timed out): {e}",
             cause=str(e),
@@ -139,6 +148,43 @@ def _exchange_status(group, error: Optional[str], fingerprint: int) -> None:
         )
 
 
+_exchanges = 0  # status exchanges this process has entered: every rank counts alike
+_ARRIVAL_WAIT_S = 5.0
+
+
+def _arrival(group, rank: int):
+    """Marks this rank's arrival at the status exchange in the default group's store, and returns
+    a function that, after a failed collective, lists the ranks that have not arrived within
+    _ARRIVAL_WAIT_S (a dead rank never does), so the error can name them. None where the store
+    is not reachable (a private torch API: best effort)."""
+    global _exchanges
+    _exchanges += 1
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        prefix = f"tensorizer/status/{_exchanges}/"
+        store.set(prefix + str(_global_rank(group, rank)), "1")
+    except Exception:
+        return None
+
+    def missing(world: int) -> List[int]:
+        deadline = time.monotonic() + _ARRIVAL_WAIT_S
+        unseen = list(range(world))
+        try:
+            while unseen:
+                unseen = [r for r in unseen if not store.check([prefix + str(_global_rank(group, r))])]
+                if not unseen or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
+        except Exception:
+            # The store's host (rank 0) has gone, after its own wait: the ranks seen so far are
+            # those it saw too. Without rank 0 itself having been seen, nothing can be said.
+            if 0 in unseen:
+                return []
+        return unseen
+
+    return missing
+
+
 def report_failure(group, error: BaseException) -> None:
     """For a rank that failed before its load's status exchange (opening the file, say): takes
     part in the exchange with its error, so the other ranks fail naming it rather than waiting."""
@@ -148,9 +194,8 @@ def report_failure(group, error: BaseException) -> None:
         pass
 
 
-def _fingerprint(reader, indices: Sequence[int]) -> int:
+def _fingerprint(entries, indices: Sequence[int]) -> int:
     h = len(indices)
-    entries = reader.entries
     for i in indices:
         h = (h * 1000003 + entries[i].deserialized_bytes * 31 + i) & (2**64 - 1)
     return h
@@ -255,12 +300,12 @@ def load_partitioned(
         error = f"{type(e).__name__}: {e}"
     stats["load_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    _exchange_status(group, error, _fingerprint(reader, indices))
+    entries = reader.entries
+    _exchange_status(group, error, _fingerprint(entries, indices))
     stats["status_s"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
     out: Dict[int, torch.Tensor] = {}
-    entries = reader.entries
     if begin[world] == 0:  # nothing stored: zero-size tensors only, or no tensors
         return {i: torch.zeros(entries[i].deserialized_bytes, dtype=torch.uint8, device=device) for i in indices}, stats
     try:

@@ -237,6 +237,8 @@ def test_a_dead_rank_fails_every_other_rank_within_the_group_timeout(plain_file,
             continue
         assert "error" in g, f"rank {r} did not fail"
         assert g["elapsed_s"] < GROUP_TIMEOUT_S + 15, g
+        # Named through the store (hosted by rank 0, alive here): the dead rank never arrived.
+        assert g["error_rank"] == 1 and g["error"].startswith("rank 1 did not reach"), g["error"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
