@@ -185,3 +185,25 @@ TEST_CASE("slices of rows, columns, 1-d and 3-d tensors with uneven sizes equal 
   CHECK_FALSE(tz::plan_slice(l.index(), 0, 2, 0, 1).has_value());
   CHECK_FALSE(tz::plan_slice(l.index(), 0, 0, 5, 40).has_value());
 }
+
+TEST_CASE("more ranks than bytes to share: the extra shares are empty and the rest still covers every byte") {
+  auto bytes = make_file({{10}, {0}, {3}});
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, std::make_shared<tz::memory_source>(bytes)).value();
+  std::vector<std::byte> expect;
+  for (std::size_t i = 0; i < l.index().tensors.size(); ++i)
+    for (std::size_t k = 0; k < l.index().tensors[i].deserialized_bytes; ++k) expect.push_back(pattern(i, k));
+  for (unsigned world : {4u, 8u}) {
+    CAPTURE(world);
+    auto plan = tz::plan_partition(l.index(), {}, world).value();
+    std::vector<std::byte> flat(expect.size());
+    unsigned empty = 0;
+    for (unsigned r = 0; r < world; ++r) {
+      empty += plan.parts[r].empty();
+      load_share(sched, l, plan, r, flat, {});
+    }
+    CHECK(empty >= world - 2);
+    CHECK(flat == expect);
+  }
+  CHECK_FALSE(tz::plan_partition(l.index(), {}, 0).has_value());
+}
