@@ -250,3 +250,21 @@ def test_nccl_partitioned_load_onto_each_ranks_gpu(plain_file, tmp_path):
     results = run_world(world, tmp_path, spec=str(plain_file), slices=SLICES, backend="nccl", device="cuda:{rank}")
     assert_identical(results, ref, world, SLICES)
     assert_balanced(results, 4096)
+
+
+def test_slices_without_a_group_name_their_parts(plain_file):
+    from tensorizer.distributed import Slice
+
+    ref = single_load(str(plain_file))
+    slices = {"w_cols": Slice(dim=1, parts=3, index=2), "t3d": Slice(dim=-1, start=7, stop=290), "v1d": 0}
+    with pytest.raises(ValueError, match="parts and index are needed"):
+        TensorDeserializer(str(plain_file), device="cpu", slices={"v1d": 0})
+    got = TensorDeserializer(str(plain_file), device="cpu",
+                             slices={k: v for k, v in slices.items() if k != "v1d"})
+    assert torch.equal(got["w_cols"], torch.chunk(ref["w_cols"], 3, 1)[2])
+    assert torch.equal(got["t3d"], ref["t3d"][..., 7:290])
+    assert torch.equal(got["big"], ref["big"])  # the rest loads as usual
+    with pytest.raises(Exception, match="cannot verify a partial read"):
+        TensorDeserializer(str(plain_file), device="cpu", verify_hash=True, slices={"w_cols": Slice(1, 2, 0)})
+    with pytest.raises(ValueError, match="eager load"):
+        TensorDeserializer(str(plain_file), device="cpu", lazy_load=True, slices={"w_cols": Slice(1, 2, 0)})
