@@ -41,8 +41,8 @@ _STATUS_BYTES = 1024
 
 class DistributedLoadError(RuntimeError):
     """A distributed load failed on some rank; raised on every rank. ``rank`` is the rank that
-    failed first (None when a collective itself failed: a rank died or timed out), ``cause`` its
-    message."""
+    failed first, or the first rank that never reached the status exchange (it died or hung; None
+    when that cannot be told), ``cause`` its message."""
 
     def __init__(self, message: str, rank: Optional[int] = None, cause: str = ""):
         super().__init__(message)
