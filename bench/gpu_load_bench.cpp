@@ -17,6 +17,7 @@
 #include "tz/base/posix_io.hpp"
 
 #include "hash_limit.hpp"
+#include "host_limits.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -363,25 +364,6 @@ run_result measure(const options& o, tz::scheduler& sched, tz::device_context& c
   return runs[runs.size() / 2];
 }
 
-// Host memory bandwidth: `threads` threads memcpy their own 256 MiB buffers a few times; each byte
-// copied is one read and one write. A load from the page cache through pinned slots crosses host
-// memory three times per byte (read the page cache, write the slot, the GPU's DMA read of the
-// slot), so it can reach at most 2/3 of this copy rate.
-double memcpy_gbps(unsigned threads, std::size_t size_bytes) {
-  const std::size_t each = std::clamp<std::size_t>(size_bytes / threads, 16 * mib, 256 * mib);
-  constexpr int rounds = 4;
-  std::vector<std::vector<std::byte>> src(threads), dst(threads);
-  for (unsigned t = 0; t < threads; ++t) src[t].assign(each, std::byte{1}), dst[t].assign(each, std::byte{0});
-  std::vector<std::thread> pool;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (int r = 0; r < rounds; ++r) std::memcpy(dst[t].data(), src[t].data(), each);
-    });
-  for (auto& th : pool) th.join();
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return static_cast<double>(each) * rounds * threads / s / 1e9;
-}
 
 // The N-core hashing limit of the file's tensors from memory (hash_limit.hpp): what a verified
 // load can reach at best on this host. The better of the split and fused schedules, each the
@@ -410,23 +392,6 @@ double hash_limit_gbps(const options& o, tz::scheduler& sched) {
   return best;
 }
 
-// Milliseconds to pin a ring's worth of memory two ways: cudaHostAlloc, and anonymous huge-page
-// memory faulted in and then registered (cudaHostRegister: what make_pinned_ring does).
-std::pair<double, double> pin_ms(std::size_t bytes) {
-  auto ms_since = [](auto t0) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  };
-  auto t0 = std::chrono::steady_clock::now();
-  { auto b = tz::unwrap(tz::cuda::alloc_pinned(bytes)); }
-  const double host_alloc = ms_since(t0);
-  t0 = std::chrono::steady_clock::now();
-  {
-    tz::host_buffer memory(bytes, true);
-    tz::prefault(memory.bytes());
-    auto b = tz::unwrap(tz::cuda::register_pinned(memory.bytes()));
-  }
-  return {host_alloc, ms_since(t0)};
-}
 
 void print(const char* what, const run_result& r, double limit) {
   const auto& t = r.timings;
@@ -456,11 +421,11 @@ int main(int argc, char** argv) {
   const double limit = pinned_limit_gbps(o, up);
   std::printf("limit %7.2f GB/s  pinned cudaMemcpyAsync, %zu MiB pieces over %d streams\n", limit, o.slot_bytes / mib,
               o.streams);
-  const double copy = memcpy_gbps(sched.thread_count(), o.size_bytes);
+  const double copy = tz::bench::memcpy_gbps(sched.thread_count(), o.size_bytes);
   const double bound = std::min(limit, copy * 2 / 3);
   std::printf("mem   %7.2f GB/s  host memcpy on %u threads (a read and a write per byte); three passes per loaded "
               "byte allow %.2f GB/s; bound min(limit, that) %.2f GB/s\n", copy, sched.thread_count(), copy * 2 / 3, bound);
-  const auto [host_alloc_ms, register_ms] = pin_ms(o.slot_count * o.slot_bytes);
+  const auto [host_alloc_ms, register_ms] = tz::bench::pin_ms(o.slot_count * o.slot_bytes);
   std::printf("pin   %.1f ms cudaHostAlloc, %.1f ms huge pages + populate + cudaHostRegister (the ring's way), "
               "%zu MiB (alloc and free)\n", host_alloc_ms, register_ms, o.slot_count * o.slot_bytes / mib);
   double hash_limit = 0;

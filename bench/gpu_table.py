@@ -143,6 +143,8 @@ def program(a, name):
 
 
 def cli_runs(a, path, procs, extra=()):
+    """Fresh processes of `load --device`, then one more whose tensors are read back from the
+    device (--device-sha256) and must equal `hash --json` of the file: the bytes, not the counts."""
     cli = program(a, "tensorizer")
     firsts, laters = [], []
     for _ in range(procs):
@@ -150,6 +152,14 @@ def cli_runs(a, path, procs, extra=()):
                             a.step_timeout))
         firsts.append(rep["runs_gb_per_s"][0])
         laters += rep["runs_gb_per_s"][1:]
+    keys = [x for x in extra if x != "--verify"]
+    got = json.loads(sh([cli, "load", "--device", "cuda:0", "--json", "--device-sha256", *extra, path], a.step_timeout))
+    want = json.loads(sh([program(a, "tensorizer"), "hash", "--json", *keys, path], a.step_timeout))
+    on_device = {t["name"]: t["sha256"] for t in got["device_sha256"]}
+    in_file = {t["name"]: t["sha256"] for t in want["tensors"]}
+    if on_device != in_file:
+        bad = [n for n in in_file if on_device.get(n) != in_file[n]]
+        raise RuntimeError(f"{len(bad)} tensor(s) differ on the device from the file, e.g. {bad[:3]}")
     return firsts, laters
 
 
@@ -210,6 +220,7 @@ def main():
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--size-mib", type=int, default=4096)
     ap.add_argument("--procs", type=int, default=3, help="fresh processes per loader")
+    ap.add_argument("--py-procs", type=int, default=0, help="fresh processes per Python loader (default: --procs)")
     ap.add_argument("--later", type=int, default=3, help="loads after the first in each process")
     ap.add_argument("--step-timeout", type=float, default=240)
     ap.add_argument("--skip", default="", help="comma-separated steps to leave out")
@@ -267,7 +278,7 @@ def main():
               ("fastsafetensors (no GDS)", "fastsafetensors", st, False, None),
               ("torch pinned .to(cuda)", "torch_pinned", plain, False, None)]
         for name, kind, path, verify, k in ([] if "python" in skip else py):
-            r = step(name, lambda: python_runs(a, kind, path, a.procs, verify, k))
+            r = step(name, lambda: python_runs(a, kind, path, a.py_procs or a.procs, verify, k))
             if r:
                 rows.append((name, r[0], r[1]))
                 if r[2]:

@@ -138,12 +138,7 @@ result<void> open_chunks(std::span<std::byte> bytes, const chunk_layout& layout,
     const auto piece = bytes.subspan(chunk.offset_bytes - span_range.offset_bytes, chunk.size_bytes);
     if (!open_chunk(piece, chunk_nonce, key, macs[i])) {
       if (first_bad_chunk != nullptr) *first_bad_chunk = i;
-      return make_error(errc::crypto, "Tensor decryption failed: MAC doesn't match data in chunk " +
-                                          std::to_string(i) + " of " + std::to_string(layout.count()) +
-                                          " (bytes " + std::to_string(chunk.offset_bytes) + ".." +
-                                          std::to_string(chunk.offset_bytes + chunk.size_bytes) + " of " +
-                                          std::to_string(layout.data_length_bytes) +
-                                          "): wrong key, or corrupted data, MAC or nonce");
+      return make_error(errc::crypto, mac_mismatch_message(layout, i));
     }
     chunk_nonce = increment_nonce(chunk_nonce, 1);
   }
@@ -168,6 +163,14 @@ result<void> open_tensor(std::span<std::byte> data, const secret_key& key, const
   const chunk_layout layout{data.size(), chunk_size_bytes};
   TZ_CHECK(validate(layout, macs.size()));
   return open_chunks(data, layout, chunk_range{0, layout.count()}, key, initial_nonce, macs, first_bad_chunk);
+}
+
+std::string mac_mismatch_message(const chunk_layout& layout, std::uint64_t index) {
+  const byte_range chunk = layout.range(index);
+  return "Tensor decryption failed: MAC doesn't match data in chunk " + std::to_string(index) + " of " +
+         std::to_string(layout.count()) + " (bytes " + std::to_string(chunk.offset_bytes) + ".." +
+         std::to_string(chunk.offset_bytes + chunk.size_bytes) + " of " + std::to_string(layout.data_length_bytes) +
+         "): wrong key, or corrupted data, MAC or nonce";
 }
 
 }  // namespace tz::crypto

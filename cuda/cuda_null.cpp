@@ -72,6 +72,11 @@ result<upload_ticket> uploader::upload(std::span<const upload_piece> pieces, dev
   return no_cuda("batched upload of " + std::to_string(pieces.size()) + " pieces");
 }
 
+result<upload_ticket> uploader::upload(std::span<const upload_piece> pieces, device_buffer&, upload_callback,
+                                       const after_copies_fn&) {
+  return no_cuda("batched upload of " + std::to_string(pieces.size()) + " pieces");
+}
+
 result<upload_ticket> uploader::fill_zero(device_buffer&, std::size_t offset_bytes, std::size_t size_bytes) {
   return no_cuda("zero fill of " + std::to_string(size_bytes) + " bytes at device offset " +
                  std::to_string(offset_bytes));

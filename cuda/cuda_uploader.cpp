@@ -139,6 +139,12 @@ struct uploader::state {
   int device = -1;
   std::vector<cudaStream_t> streams;
   std::vector<std::unique_ptr<completion_lane>> lanes;  // one per stream
+  // One per stream, held while an upload enqueues its copies, the work after them and its
+  // completion: an upload's operations stay contiguous on its stream. Work after the copies needs
+  // it: the secretbox open is two kernels sharing the stream's scratch, and another thread's pair
+  // enqueued between them would overwrite it (seen on an H100: MAC failures at 1 stream, none
+  // with 1 reader).
+  std::vector<std::unique_ptr<std::mutex>> enqueue_mutexes;
   std::atomic<unsigned> next_stream{0};
 
   ~state() {
@@ -190,6 +196,7 @@ result<uploader> uploader::create(int device, int stream_count) {
     if (rc != cudaSuccess) return failure("cudaStreamCreateWithFlags", rc, device, what);
     s->streams.push_back(stream);
     s->lanes.push_back(std::make_unique<completion_lane>(device, i));
+    s->enqueue_mutexes.push_back(std::make_unique<std::mutex>());
   }
   return uploader(std::move(s));
 }
@@ -216,11 +223,23 @@ result<upload_ticket> uploader::upload(std::span<const std::byte> host, device_b
 struct uploader::stream_work {
   std::span<const upload_piece> pieces;
   std::size_t zero_offset_bytes = 0;
-  std::size_t zero_bytes = 0;  // > 0: a cudaMemsetAsync instead of copies
+  std::size_t zero_bytes = 0;               // > 0: a cudaMemsetAsync instead of copies
+  const after_copies_fn* after = nullptr;  // behind the copies, before the completion
 };
 
 result<upload_ticket> uploader::upload(std::span<const upload_piece> pieces, device_buffer& dst,
                                        upload_callback on_done) {
+  return upload_pieces(pieces, dst, std::move(on_done), nullptr);
+}
+
+result<upload_ticket> uploader::upload(std::span<const upload_piece> pieces, device_buffer& dst,
+                                       upload_callback on_done, const after_copies_fn& after) {
+  assert(on_done && "upload with work after the copies needs a completion callback");
+  return upload_pieces(pieces, dst, std::move(on_done), &after);
+}
+
+result<upload_ticket> uploader::upload_pieces(std::span<const upload_piece> pieces, device_buffer& dst,
+                                              upload_callback on_done, const after_copies_fn* after) {
   assert(state_ && "upload on a moved-from uploader");
   std::size_t total_bytes = 0;
   for (const upload_piece& p : pieces) {
@@ -228,7 +247,7 @@ result<upload_ticket> uploader::upload(std::span<const upload_piece> pieces, dev
     total_bytes += p.host.size();
   }
   const std::size_t first_offset = pieces.empty() ? 0 : pieces.front().offset_bytes;
-  return enqueue(stream_work{pieces, 0, 0}, dst, total_bytes, first_offset, std::move(on_done));
+  return enqueue(stream_work{pieces, 0, 0, after}, dst, total_bytes, first_offset, std::move(on_done));
 }
 
 result<upload_ticket> uploader::fill_zero(device_buffer& dst, std::size_t offset_bytes, std::size_t size_bytes) {
@@ -250,6 +269,7 @@ result<upload_ticket> uploader::enqueue(const stream_work& work, device_buffer& 
   auto what = [&] { return describe_upload(size_bytes, offset_bytes, ticket.stream_); };
 
   TZ_TRY(scope, detail::device_scope::enter(s.device, what()));
+  std::lock_guard contiguous(*s.enqueue_mutexes[index]);
   cudaError_t rc = cudaSuccess;
   cudaEvent_t event = nullptr;
   if (!on_done) {  // with a callback the outcome goes there: no event of the ticket's own
@@ -266,6 +286,12 @@ result<upload_ticket> uploader::enqueue(const stream_work& work, device_buffer& 
   if (work.zero_bytes > 0) {
     rc = cudaMemsetAsync(base + work.zero_offset_bytes, 0, work.zero_bytes, stream);
     if (rc != cudaSuccess) return failure("cudaMemsetAsync", rc, s.device, what());
+  }
+  if (work.after != nullptr) {
+    auto extra = (*work.after)(stream, static_cast<int>(index));
+    if (!extra) {  // reported once the stream has passed the copies, which still read the host bytes
+      on_done = [inner = std::move(on_done), e = extra.error()](result<void>) { inner(e); };
+    }
   }
   if (on_done) {
     TZ_CHECK(s.lanes[index]->add(stream, on_done, size_bytes, offset_bytes));

@@ -1,10 +1,13 @@
 // Device loads: the pipeline with a device sink. Reads land in leases of a pinned ring, are checked
 // and decrypted there, and are copied to one device allocation; each copy's completion returns
 // its lease to the ring.
+#include "device_open.hpp"
 #include "pipeline.hpp"
 
 #include "tz/engine/device_load.hpp"
 #include "tz/engine/host_memory.hpp"
+#include "tz/engine/load_trace.hpp"
+#include "tz/cuda/secretbox.hpp"
 #include "tz/engine/wait_group.hpp"
 
 #include <algorithm>
@@ -18,10 +21,16 @@ namespace {
 struct device_layout {
   std::vector<std::uint64_t> offsets;
   std::uint64_t bytes = 0;
+  const format::tensor_entry* too_large = nullptr;  // the first tensor past 2^64 bytes, if any
 
   explicit device_layout(std::span<const format::tensor_entry* const> selected) {
     for (const auto* e : selected) {
       offsets.push_back(bytes);
+      // Sizes come from shapes alone (meta tensors): a sum that wraps would allocate too little.
+      if (e->deserialized_bytes > UINT64_MAX - device_align_bytes - bytes) {
+        too_large = e;
+        return;
+      }
       bytes = (bytes + e->deserialized_bytes + device_align_bytes - 1) / device_align_bytes * device_align_bytes;
     }
   }
@@ -50,21 +59,29 @@ class device_destination {
     std::shared_ptr<cuda::device_buffer> buffer;
     std::vector<std::shared_ptr<cuda::upload_ticket>> fills;  // shared: a shared_future copies
     double alloc_s = 0;
+    std::shared_ptr<device_opener> opener;  // decryption on the device, when the load does it
   };
 
   device_destination(cuda::uploader& up, std::span<const format::tensor_entry* const> selected,
-                     const device_layout& layout)
-      : made_(std::async(std::launch::async, [&up, selected, &layout] { return make(up, selected, layout); }).share()) {}
+                     const device_layout& layout, bool open_on_device, load_trace* trace)
+      : made_(std::async(std::launch::async, [&up, selected, &layout, open_on_device, trace] {
+                return make(up, selected, layout, open_on_device, trace);
+              }).share()) {}
 
   // Blocks until the allocation (and the fills' enqueueing) is done; its outcome. Thread-safe.
   const result<made>& get() const { return made_.get(); }
 
  private:
   static result<made> make(cuda::uploader& up, std::span<const format::tensor_entry* const> selected,
-                           const device_layout& layout) {
+                           const device_layout& layout, bool open_on_device, load_trace* trace) {
     const auto t0 = pipeline_clock::now();
     TZ_TRY(buffer, cuda::alloc_device(up.device(), layout.bytes));
     made out{std::make_shared<cuda::device_buffer>(std::move(buffer)), {}, seconds_of(nanoseconds_since(t0))};
+    if (trace) trace->span("allocate device memory", t0, pipeline_clock::now(), -1, 0, layout.bytes);
+    if (open_on_device) {
+      TZ_TRY(opener, device_opener::create(up, selected));
+      out.opener = std::move(opener);
+    }
     TZ_TRY(tickets, zero_meta(up, selected, *out.buffer, layout));
     for (auto& t : tickets) out.fills.push_back(std::make_shared<cuda::upload_ticket>(std::move(t)));
     return out;
@@ -96,7 +113,7 @@ class device_sink final : public sink {
       where.pieces.push_back(where.whole.subspan(piece.offset_bytes - r.offset_bytes, piece.length_bytes));
   }
 
-  result<void> deliver(const load_range& r, landing& where) override {
+  result<void> deliver(const load_range& r, landing& where, std::int64_t index) override {
     std::vector<cuda::upload_piece> pieces;
     for (std::size_t k = 0; k < r.pieces.size(); ++k) {
       const plan_piece& piece = r.pieces[k];
@@ -110,11 +127,19 @@ class device_sink final : public sink {
     auto held = std::make_shared<lease>(std::move(where.held));
     uploads_.add();
     const auto t0 = pipeline_clock::now();
-    auto ticket = up_.upload(pieces, *made->buffer, [this, held](result<void> done) {
+    auto on_done = [this, held, index, t0, bytes = r.length_bytes](result<void> done) {
       if (!done) p_.fail(done.error());
       held->reset();
+      if (auto* trace = p_.options->trace.get()) note_copy(*trace, index, t0, bytes);
       uploads_.done();
-    });
+    };
+    auto ticket = [&]() -> result<cuda::upload_ticket> {
+      if (where.sealed.empty()) return up_.upload(pieces, *made->buffer, std::move(on_done));
+      // The kernels that open the chunks run behind the copies, on their stream.
+      auto* base = static_cast<std::byte*>(made->buffer->data());
+      TZ_TRY(opener, made->opener->opener_for(std::move(where.sealed), base, layout_.offsets));
+      return up_.upload(pieces, *made->buffer, std::move(on_done), opener);
+    }();
     p_.counters.upload_ns += nanoseconds_since(t0);
     if (!ticket) {
       uploads_.done();  // the callback will never run
@@ -128,6 +153,13 @@ class device_sink final : public sink {
   std::size_t slots_out_max() const noexcept { return slots_out_max_.load(); }
 
  private:
+  // A copy from its enqueueing to its completion, and the first one to complete.
+  void note_copy(load_trace& trace, std::int64_t index, pipeline_clock::time_point begin, std::uint64_t bytes) {
+    const auto now = pipeline_clock::now();
+    trace.async_span("copy to the device", "copies", static_cast<std::uint64_t>(index), begin, now, bytes);
+    if (!first_copy_done_.exchange(true)) trace.instant("first copy complete", now);
+  }
+
   // The high-water mark of pinned use, right after a slot was acquired.
   void note_slots_out() noexcept {
     const std::size_t out = ring_.slot_count() - ring_.available();
@@ -143,6 +175,7 @@ class device_sink final : public sink {
   const device_layout& layout_;
   wait_group uploads_;  // copies in flight
   std::atomic<std::size_t> slots_out_max_{0};
+  std::atomic<bool> first_copy_done_{false};
 };
 
 // Waits for every ticket (all of them, also after a failure: none may be left in flight).
@@ -220,6 +253,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   load_timings t;
   TZ_CO_TRY(ring, ctx.take_ring(options.slots(), options.slot_bytes));
   t.ring_s = seconds_of(nanoseconds_since(t0));
+  if (options.trace) options.trace->span("take a pinned ring", t0, pipeline_clock::now());
   pipeline p;
   p.index = &opened.index();
   auto source = opened.shared_source();  // held for the whole load
@@ -227,18 +261,25 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   p.options = &options;
   TZ_CO_TRY(readers, co_await prepare_device(sched, p, opened, std::move(which), options, ring.ring()));
   const device_layout layout(p.selected);
+  if (layout.too_large)
+    co_return make_error(errc::unsupported, source->name() + ": tensor '" + format::display_name(layout.too_large->path) +
+                                                "' of " + std::to_string(layout.too_large->deserialized_bytes) +
+                                                " bytes: the load would need more than 2^64 bytes");
   cuda::uploader& up = ctx.uploader();
-  device_destination dst(up, p.selected, layout);
+  p.decrypt_on_device = p.encrypted && !options.verify && options.decrypt_on_device && cuda::secretbox_kernels_available();
+  device_destination dst(up, p.selected, layout, p.decrypt_on_device, options.trace.get());
   device_sink to(p, up, ring.ring(), dst, layout);
   p.out = &to;
   t.prepare_s = seconds_of(nanoseconds_since(t0));
   const auto t1 = pipeline_clock::now();
+  if (options.trace) options.trace->span("prepare (select, plan)", t0, t1);
   auto ran = co_await run_pipeline(sched, p, readers);
   const auto& made = dst.get();  // also after a failure: no fill may outlive the buffer
   auto filled = made ? wait_all(up, made->fills) : result<void>();
   TZ_CO_CHECK(ran);
   TZ_CO_CHECK(made);
   TZ_CO_CHECK(filled);
+  if (made->opener) TZ_CO_CHECK(made->opener->check(p.source->name()));
   t.alloc_s = made->alloc_s;
   t.transfer_s = seconds_of(nanoseconds_since(t1));
   t.total_s = seconds_of(nanoseconds_since(t0));

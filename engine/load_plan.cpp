@@ -132,9 +132,11 @@ std::vector<std::vector<std::size_t>> batches_by_bytes(const format::file_index&
   std::uint64_t in_batch = 0;
   for (std::size_t i : which) {
     const std::uint64_t n = i < index.tensors.size() ? index.tensors[i].deserialized_bytes : 0;
-    if (out.empty() || (!out.back().empty() && in_batch + n > cap_bytes)) out.emplace_back(), in_batch = 0;
+    // Written so that no sum wraps: a meta tensor's size comes from its shape alone.
+    if (out.empty() || (!out.back().empty() && (in_batch > cap_bytes || n > cap_bytes - in_batch)))
+      out.emplace_back(), in_batch = 0;
     out.back().push_back(i);
-    in_batch += n;
+    in_batch = n > UINT64_MAX - in_batch ? UINT64_MAX : in_batch + n;
   }
   return out;
 }

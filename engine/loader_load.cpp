@@ -103,7 +103,7 @@ class host_sink final : public sink {
     }
   }
 
-  result<void> deliver(const load_range&, landing&) override { return {}; }
+  result<void> deliver(const load_range&, landing&, std::int64_t) override { return {}; }
   task<void> drain() override { co_return; }
 
  private:
@@ -164,7 +164,16 @@ task<result<loaded_tensors>> host_load::own_memory(const loader& l, scheduler& s
   const mirror_layout layout(p.plan);
   std::uint64_t zero_offset = align_up(layout.bytes(), meta_align_bytes);
   std::uint64_t total = zero_offset;
-  for (const auto* e : p.selected) total += e->is_meta() ? align_up(e->deserialized_bytes, meta_align_bytes) : 0;
+  for (const auto* e : p.selected) {
+    if (!e->is_meta()) continue;
+    // A meta tensor's size comes from its shape alone (u64 dimensions since data version 5): a sum
+    // that wraps would map too little and hand out views past the mapping.
+    if (e->deserialized_bytes > UINT64_MAX - meta_align_bytes - total)
+      co_return make_error(errc::unsupported, l.source_->name() + ": tensor '" + format::display_name(e->path) +
+                                                  "' is a meta tensor of " + std::to_string(e->deserialized_bytes) +
+                                                  " bytes of zeros: the load would need more than 2^64 bytes");
+    total += align_up(e->deserialized_bytes, meta_align_bytes);
+  }
   loaded_tensors out;
   try {
     out.memory_ = host_buffer(total, o.huge_pages);

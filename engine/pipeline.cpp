@@ -2,6 +2,8 @@
 // read them where the sink puts them, check them and hand them to the sink.
 #include "pipeline.hpp"
 
+#include "tz/engine/load_trace.hpp"
+
 #include "tz/engine/wait_group.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -126,7 +128,7 @@ void report_progress(pipeline& p, std::uint64_t range_bytes) {
 }
 
 // One range, in the room reserve() gave: read it where the sink places it, check it, deliver it.
-task<result<void>> process_range(pipeline& p, const load_range& r, landing& where) {
+task<result<void>> process_range(pipeline& p, const load_range& r, landing& where, std::int64_t index) {
   p.out->place(r, where);
   const auto t0 = pipeline_clock::now();
   std::span<std::byte> one[1] = {where.whole};
@@ -135,9 +137,16 @@ task<result<void>> process_range(pipeline& p, const load_range& r, landing& wher
   } else {
     TZ_CO_CHECK(co_await p.source->read(r.offset_bytes, where.pieces));
   }
-  p.counters.read_ns += nanoseconds_since(t0);
+  const auto t1 = pipeline_clock::now();
+  p.counters.read_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
   TZ_CO_CHECK(co_await check_range(p, r, where));
-  TZ_CO_CHECK(p.out->deliver(r, where));
+  const auto t2 = pipeline_clock::now();
+  TZ_CO_CHECK(p.out->deliver(r, where, index));
+  if (auto* trace = p.options->trace.get()) {
+    trace->span("read", t0, t1, index, r.offset_bytes, r.length_bytes);
+    if (p.with_headers) trace->span("check", t1, t2, index, r.offset_bytes, r.length_bytes);
+    trace->span("deliver", t2, pipeline_clock::now(), index, r.offset_bytes, r.length_bytes);
+  }
   report_progress(p, r.length_bytes);
   co_return result<void>{};
 }
@@ -145,7 +154,10 @@ task<result<void>> process_range(pipeline& p, const load_range& r, landing& wher
 task<void> reader(pipeline& p) {
   landing where;  // reused: a scattered range's side buffer keeps its capacity
   while (!p.failed.load(std::memory_order_relaxed)) {
+    const auto t0 = pipeline_clock::now();
     auto room = co_await p.out->reserve();
+    if (auto* trace = p.options->trace.get(); trace && room && room->bytes().data() != nullptr)
+      trace->span("wait for a ring slot", t0, pipeline_clock::now());
     if (!room) {
       p.fail(room.error());
       break;
@@ -153,7 +165,7 @@ task<void> reader(pipeline& p) {
     const std::size_t i = p.next_range.fetch_add(1, std::memory_order_relaxed);
     if (i >= p.plan.ranges.size()) break;
     where.held = std::move(*room);
-    auto ok = co_await process_range(p, p.plan.ranges[i], where);
+    auto ok = co_await process_range(p, p.plan.ranges[i], where, static_cast<std::int64_t>(i));
     where.held.reset();  // a failed range's slot (a delivered one travels with its upload)
     if (!ok) {
       p.fail(ok.error());

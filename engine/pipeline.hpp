@@ -7,6 +7,7 @@
 
 #include "tz/base/byte_source.hpp"
 #include "tz/crypto/hash.hpp"
+#include "tz/format/encryption.hpp"
 #include "tz/engine/lease_ring.hpp"
 #include "tz/engine/load_plan.hpp"
 #include "tz/engine/loader.hpp"
@@ -30,13 +31,24 @@ inline std::int64_t nanoseconds_since(pipeline_clock::time_point t0) {
 
 inline double seconds_of(std::int64_t ns) { return static_cast<double>(ns) * 1e-9; }
 
+// A cipher chunk left sealed by the checks for the device sink to open on the GPU
+// (pipeline::decrypt_on_device): its tensor (position in selected), where it lies in that tensor's
+// data, its nonce and MAC, the key, and the header its errors name.
+struct device_chunk {
+  std::uint32_t tensor = 0;
+  format::cipher_chunk_ref chunk;
+  std::shared_ptr<const crypto::secret_key> key;
+  std::shared_ptr<const format::tensor_header> header;
+};
+
 // Where one range's bytes are: per plan piece a span (gaps included), and the range's bytes as one
 // span when they land contiguously (a lease, loader-owned memory), so a single read fills them.
 struct landing {
   std::span<std::byte> whole;
   std::vector<std::span<std::byte>> pieces;
-  std::vector<std::byte> side;  // headers and gaps of a scattered range (caller memory)
-  lease held;                   // the ring slot holding the bytes, for sinks that stage
+  std::vector<std::byte> side;       // headers and gaps of a scattered range (caller memory)
+  lease held;                        // the ring slot holding the bytes, for sinks that stage
+  std::vector<device_chunk> sealed;  // decrypt_on_device: the chunks the sink must open
 };
 
 // Where a load's bytes go. reserve() and place() run before the read, deliver() after the
@@ -51,7 +63,8 @@ class sink {
   virtual void place(const load_range& r, landing& where) = 0;
   // The range's bytes are checked: nothing more for host memory; an upload for a device, whose
   // completion returns the lease (moved out of where.held).
-  virtual result<void> deliver(const load_range& r, landing& where) = 0;
+  // `index` is the range's position in the plan (for traces).
+  virtual result<void> deliver(const load_range& r, landing& where, std::int64_t index) = 0;
   // Completes once everything delivered has arrived (device: every copy in flight completed).
   virtual task<void> drain() = 0;
 };
@@ -85,6 +98,9 @@ struct pipeline {
   sink* out = nullptr;
   bool with_headers = true;  // .tensors (safetensors: no per-tensor headers, nothing to check)
   bool encrypted = false;
+  // Encrypted loads to a device with the secretbox kernels and no verification: the checks parse
+  // headers but leave the data sealed (landing::sealed); the sink opens it on the GPU.
+  bool decrypt_on_device = false;
   std::vector<const format::tensor_entry*> selected;  // file order
   load_plan plan;
   std::vector<std::unique_ptr<split_state>> splits;  // per selected tensor; null unless split
@@ -122,6 +138,6 @@ task<result<void>> run_pipeline(scheduler& sched, pipeline& p, unsigned readers)
 
 // Checks the tensors of range r where its bytes landed (pipeline_checks.cpp): parses headers,
 // decrypts whole chunks, verifies hashes (split tensors: CRC32 per part, SHA-256 in part order).
-task<result<void>> check_range(pipeline& p, const load_range& r, const landing& where);
+task<result<void>> check_range(pipeline& p, const load_range& r, landing& where);
 
 }  // namespace tz

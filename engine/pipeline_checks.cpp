@@ -10,9 +10,15 @@ namespace {
 
 // Decrypts (encrypted files) and verifies (when asked) one whole tensor whose header and data are
 // both in this range. `data` is empty for data-less tensors.
-result<void> check_whole(pipeline& p, const format::tensor_header& h, std::span<std::byte> data) {
+result<void> check_whole(pipeline& p, const format::tensor_header& h, std::span<std::byte> data, std::uint32_t tensor,
+                         landing& where) {
   const std::string& name = p.source->name();
-  if (p.encrypted && !data.empty()) {
+  if (p.encrypted && !data.empty() && p.decrypt_on_device) {
+    TZ_TRY(key, p.options->decryption->key_for(h, name));
+    auto header = std::make_shared<const format::tensor_header>(h);
+    for (const auto& c : format::cipher_chunks(h, {0, format::cipher_chunk_count(h)}))
+      where.sealed.push_back({tensor, c, key, header});
+  } else if (p.encrypted && !data.empty()) {
     const auto t0 = pipeline_clock::now();
     TZ_TRY(key, p.options->decryption->key_for(h, name));
     auto ok = format::decrypt_chunks(h, data, {0, format::cipher_chunk_count(h)}, *key, name);
@@ -30,7 +36,7 @@ result<void> check_whole(pipeline& p, const format::tensor_header& h, std::span<
 }
 
 // Whole tensors: each header piece is followed, in the same range, by its data piece (if any).
-result<void> check_whole_tensors(pipeline& p, const load_range& r, const landing& where) {
+result<void> check_whole_tensors(pipeline& p, const load_range& r, landing& where) {
   for (std::size_t k = 0; k < r.pieces.size(); ++k) {
     const plan_piece& piece = r.pieces[k];
     if (!p.with_headers) {  // safetensors: no per-tensor header, nothing to check
@@ -43,7 +49,7 @@ result<void> check_whole_tensors(pipeline& p, const load_range& r, const landing
     std::span<std::byte> data;
     if (k + 1 < r.pieces.size() && r.pieces[k + 1].what == plan_piece::kind::data && r.pieces[k + 1].tensor == piece.tensor)
       data = where.pieces[k + 1];
-    TZ_CHECK(check_whole(p, h, data));
+    TZ_CHECK(check_whole(p, h, data, piece.tensor, where));
     if (!p.headers.empty()) p.headers[piece.tensor] = std::move(h);
   }
   return {};
@@ -75,10 +81,17 @@ task<result<void>> hash_in_turn(pipeline& p, const load_range& r, split_state& s
 
 // A part of a split tensor: decrypt its whole chunks (any order), take its CRC32, then its SHA-256
 // turn.
-task<result<void>> check_split_part(pipeline& p, const load_range& r, std::span<std::byte> bytes) {
+task<result<void>> check_split_part(pipeline& p, const load_range& r, std::span<std::byte> bytes, landing& where) {
   split_state& s = *p.splits[r.split_tensor];
   const plan_piece& piece = r.pieces.front();
-  if (p.encrypted) {
+  if (p.encrypted && p.decrypt_on_device) {
+    const std::uint64_t chunk = format::cipher_chunk_bytes(s.header);
+    const crypto::chunk_range chunks{piece.data_begin_bytes / chunk,
+                                     (piece.data_begin_bytes + piece.length_bytes - 1) / chunk + 1};
+    auto header = std::make_shared<const format::tensor_header>(s.header);
+    for (const auto& c : format::cipher_chunks(s.header, chunks))
+      where.sealed.push_back({static_cast<std::uint32_t>(r.split_tensor), c, s.key, header});
+  } else if (p.encrypted) {
     const auto t0 = pipeline_clock::now();
     const std::uint64_t chunk = format::cipher_chunk_bytes(s.header);
     // The last byte's chunk, + 1: no "+ chunk - 1" that a hostile chunk size near 2^64 would wrap
@@ -99,8 +112,9 @@ task<result<void>> check_split_part(pipeline& p, const load_range& r, std::span<
 
 }  // namespace
 
-task<result<void>> check_range(pipeline& p, const load_range& r, const landing& where) {
-  if (r.split_tensor != no_split) co_return co_await check_split_part(p, r, where.pieces.front());
+task<result<void>> check_range(pipeline& p, const load_range& r, landing& where) {
+  where.sealed.clear();
+  if (r.split_tensor != no_split) co_return co_await check_split_part(p, r, where.pieces.front(), where);
   co_return check_whole_tensors(p, r, where);
 }
 

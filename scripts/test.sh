@@ -12,6 +12,8 @@ build_dir=${TZ_BUILD_DIR:-build}
 jobs=$(nproc)
 # CMake must run the cross tests with the interpreter setup.sh installed the Python peers into.
 python=$(python3 -c 'import sys; print(sys.executable)')
+# ... and the tests against tensorizer 2.12.1 with the venv setup.sh makes for it.
+tensorizer_2121_python=${TZ_TENSORIZER_2121_VENV:-/opt/tz-peers/tensorizer-2.12.1}/bin/python
 
 # Rebuilds of unchanged sources (the sanitizer pass, a second clone on the same machine) hit ccache.
 if command -v ccache >/dev/null 2>&1; then
@@ -23,11 +25,11 @@ fi
 # scheduler, the engine's host and emulated-device pipelines with fault injection, the node-local
 # cache, the network clients against the real servers). Not covered: the Python package, the
 # benchmarks and the CLI shell tests, which run the same code from outside.
-address_targets=(base_test crypto_test hash_test format_test safetensors_test shards_test engine_test loader_test partial_load_test cache_test
+address_targets=(base_test crypto_test secretbox_test hash_test format_test safetensors_test shards_test engine_test loader_test partial_load_test cache_test
                  device_load_emulated_test cuda_emulation_test net_test
                  fuzz_replay_tensors_file fuzz_replay_tensors_prefix fuzz_replay_crypt_info fuzz_replay_safetensors fuzz_replay_shard_index
                  fuzz_replay_s3_xml fuzz_replay_redis_reply fuzz_replay_http_response)
-address_tests='^(base_test|crypto_test|hash_test|format_test|safetensors_test|shards_test|engine_test|loader_test|partial_load_test|cache_test|device_load_emulated_test|cuda_emulation_test|net_test_.*|fuzz_replay_.*)(_reference)?$'
+address_tests='^(base_test|crypto_test|secretbox_test|hash_test|format_test|safetensors_test|shards_test|engine_test|loader_test|partial_load_test|cache_test|device_load_emulated_test|cuda_emulation_test|net_test_.*|fuzz_replay_.*)(_reference|_reference_2121)?$'
 # What the TSan pass covers: the code with threads of its own (the scheduler and its io_uring
 # service, the host pipeline's readers and turnstile, the cache's concurrent fill and publisher,
 # the emulated device sink's uploader and completion threads, the network clients' Asio and
@@ -43,7 +45,8 @@ configure_build_test() {
   local dir=$1
   shift
   phase "configure $dir"
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE="$python" "$@"
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE="$python" \
+    -DTZ_TENSORIZER_2121_PYTHON="$tensorizer_2121_python" "$@"
   phase "build $dir with $jobs jobs"
   cmake --build "$dir" --parallel "$jobs"
   phase "ctest $dir"
@@ -76,7 +79,7 @@ for sanitize in ${TZ_SANITIZE_PASS:-address thread}; do
   dir="$build_dir-$sanitize"
   phase "configure $dir (TZ_SANITIZE=$sanitize)"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE="$python" \
-    -DTZ_SANITIZE="$sanitize" -DTZ_BUILD_BENCH=OFF
+    -DTZ_TENSORIZER_2121_PYTHON="$tensorizer_2121_python" -DTZ_SANITIZE="$sanitize" -DTZ_BUILD_BENCH=OFF
   phase "build $dir: ${!targets_var}"
   cmake --build "$dir" --parallel "$jobs" --target "${!targets_var}"
   phase "ctest $dir (${!tests_var})"

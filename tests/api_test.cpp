@@ -1,13 +1,18 @@
 // The installed C++ API (tensorizer/tensorizer.hpp, libtensorizer.so) against files this test writes:
 // open and list, load all / some / one, caller memory, verification with a corrupted file, keys and
-// passphrases, progress, the device path (no GPU here: errc::no_device), and error values.
+// passphrases, progress, what a device load refuses and why, and error values. Suite "gpu" (needs a
+// device; api_test_gpu, and api_emulated_test on the CUDA emulation): device loads read back through
+// tests/device_access.h and compared value by value. Suite "http": the node-local cache against nginx.
 #include "api_test_files.hpp"
+#include "device_access.h"
+#include "requirements.hpp"
+#include "temp_dir.hpp"
 
 #include "tensorizer/tensorizer.hpp"
 
 #include <doctest/doctest.h>
 
-#include <unistd.h>
+#include <sys/wait.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -18,25 +23,19 @@ namespace {
 
 using tensorizer::errc;
 
-// The files of tests/api_test_files.hpp, written once per run into a directory of this process.
+// The files of tests/api_test_files.hpp, written once per run into a temporary directory of this
+// process, removed at exit.
 const std::string& files() {
-  static const std::string dir = [] {
-    std::string d = std::string(TZ_BINARY_DIR) + "/api_test_" + std::to_string(::getpid());
-    std::filesystem::create_directories(d);
+  static const tz_test::temp_dir dir("tz-api-test");
+  static const std::string path = [] {
+    const std::string d = dir.path.string();
     tz_test::write_api_test_files(d);
     auto m = tensorizer::model::open(d + "/plain.tensors").value();
     tz_test::corrupt_b(d + "/plain.tensors", d + "/corrupt.tensors", m.tensors().at(*m.find("b")).offset);
     return d;
   }();
-  return dir;
+  return path;
 }
-
-struct cleanup {
-  ~cleanup() {
-    std::error_code ec;
-    std::filesystem::remove_all(std::string(TZ_BINARY_DIR) + "/api_test_" + std::to_string(::getpid()), ec);
-  }
-} cleanup_at_exit;
 
 std::string path(const char* name) { return files() + "/" + name; }
 
@@ -205,17 +204,27 @@ TEST_CASE("progress reaches the total, for loads and verify; a throwing callback
   check_all(tensorizer::model::open(path("plain.tensors"), throwing).value().load().value());
 }
 
-TEST_CASE("a device load returns device memory, or errc::no_device without a GPU") {
+TEST_CASE("a device load names an unknown or repeated tensor before it looks for a device") {
   auto m = tensorizer::model::open(path("plain.tensors")).value();
-  auto d = m.load_to_device(0, {"a", "b"});
-  if (d) {
-    CHECK(d->size() == 2);
-    CHECK(d->device() == 0);
-    CHECK(d->data(0) != nullptr);
-  } else {
-    CHECK_MESSAGE(d.error().code == errc::no_device, d.error().message);
-  }
-  CHECK_FALSE(m.load_to_device(0, {"missing"}));
+  auto missing = m.load_to_device(0, {"a", "missing"});
+  REQUIRE_FALSE(missing);
+  CHECK(missing.error().code == errc::not_found);
+  CHECK_MESSAGE(missing.error().message.find("no tensor named 'missing'") != std::string::npos, missing.error().message);
+  CHECK_MESSAGE(missing.error().message.find(path("plain.tensors")) != std::string::npos, missing.error().message);
+  auto twice = m.load_to_device(0, {"b", "b"});
+  REQUIRE_FALSE(twice);
+  CHECK(twice.error().code == errc::invalid_argument);
+  CHECK_MESSAGE(twice.error().message.find("'b' is named twice") != std::string::npos, twice.error().message);
+}
+
+TEST_CASE("a device load onto a device that is not there fails with errc::no_device naming it") {
+  const int absent = tz_test_device_count();  // one past the last device: cuda:0 without a GPU
+  auto m = tensorizer::model::open(path("plain.tensors")).value();
+  auto d = m.load_to_device(absent, {"a"});
+  REQUIRE_FALSE(d);
+  CHECK(d.error().code == errc::no_device);
+  const std::string device = "cuda:" + std::to_string(absent);
+  CHECK_MESSAGE(d.error().message.find(device) != std::string::npos, d.error().message);
 }
 
 TEST_CASE("invalid remote options are refused at open") {
@@ -227,8 +236,93 @@ TEST_CASE("invalid remote options are refused at open") {
   CHECK(tensorizer::model::open(path("plain.tensors"), o).error().code == errc::invalid_argument);
 }
 
+namespace {
+
+const tz_test::suite_needs gpu_needs_a_device{"gpu", "a CUDA device", [] {
+  return tz_test_device_count() > 0 ? std::string() : std::string("the CUDA runtime counts no device");
+}};
+
+// Tensor i of `d` read back from the device.
+std::vector<std::byte> download(const tensorizer::device_tensors& d, std::size_t i) {
+  std::vector<std::byte> host(d.info(i).size_bytes);
+  REQUIRE(tz_test_device_read(host.data(), d.data(i), host.size()) == 0);
+  return host;
+}
+
+// Every tensor of `d` holds, on the device, the values it was written with, at a 256-byte aligned address.
+void check_device(const tensorizer::device_tensors& d, const std::vector<std::string>& names) {
+  REQUIRE(d.size() == names.size());
+  CHECK(d.device() == 0);
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    CAPTURE(d.info(i).name);
+    CHECK(d.info(i).name == names[i]);
+    CHECK(reinterpret_cast<std::uintptr_t>(d.data(i)) % 256 == 0);
+    CHECK(floats(download(d, i)) == expected(d.info(i).name));
+    CHECK(d.find(d.info(i).name) == i);
+  }
+}
+
+}  // namespace
+
+// Device loads read back (CTest entry api_test_gpu; on the CUDA emulation, api_emulated_test).
+TEST_SUITE("gpu") {
+  TEST_CASE("a device load puts every tensor's bytes on the device, whole and filtered, in file order") {
+    auto m = tensorizer::model::open(path("plain.tensors")).value();
+    auto all = m.load_to_device(0);
+    REQUIRE_MESSAGE(all, all.error().message);
+    check_device(*all, {"a", "b", "layer.0.weight"});
+    CHECK(all->timings().total_s > 0);
+    auto some = m.load_to_device(0, {"layer.0.weight", "a"});
+    REQUIRE_MESSAGE(some, some.error().message);
+    check_device(*some, {"a", "layer.0.weight"});
+    auto one = m.load_to_device(0, {"b"});
+    REQUIRE_MESSAGE(one, one.error().message);
+    check_device(*one, {"b"});
+  }
+
+  TEST_CASE("encrypted, verified, safetensors and sharded models load to the device byte for byte") {
+    for (const std::string name : {"key.tensors", "model.safetensors", "sharded"}) {
+      CAPTURE(name);
+      auto o = name == "key.tensors" ? with_key() : tensorizer::options{};
+      o.verify = true;
+      auto m = tensorizer::model::open(path(name.c_str()), o);
+      REQUIRE_MESSAGE(m, m.error().message);
+      auto d = m->load_to_device(0);
+      REQUIRE_MESSAGE(d, d.error().message);
+      std::vector<std::string> names;
+      for (std::size_t i = 0; i < d->size(); ++i) names.push_back(d->info(i).name);
+      CHECK(names.size() == 3);
+      check_device(*d, names);
+    }
+  }
+
+  TEST_CASE("a device load of a corrupted tensor fails verification naming it") {
+    tensorizer::options o;
+    o.verify = true;
+    auto m = tensorizer::model::open(path("corrupt.tensors"), o).value();
+    auto d = m.load_to_device(0);
+    REQUIRE_FALSE(d);
+    CHECK(d.error().code == errc::hash_mismatch);
+    CHECK_MESSAGE(d.error().message.find("'b'") != std::string::npos, d.error().message);
+  }
+}
+
 // Against nginx (CTest entry api_test_http, tests/net_cli.cmake, which starts it): the cache options
 // reach the node-local cache, and model::cache_status() tells what it did.
+namespace {
+
+const tz_test::suite_needs http_needs_nginx{"http", "nginx", [] {
+  const char* top = std::getenv("TZ_NET_WORKDIR");
+  const char* base = std::getenv("TZ_NET_PORT_BASE");
+  const char* scripts = std::getenv("TZ_NET_SCRIPTS");
+  if (!top || !base || !scripts) return std::string("run through CTest (api_test_http), which sets TZ_NET_* and starts it");
+  const std::string start = std::string(scripts) + "/nginx.sh start '" + top + "' " + base;
+  const int status = std::system(start.c_str());
+  return WIFEXITED(status) && WEXITSTATUS(status) == 77 ? "not installed (" + start + ": exit 77)" : std::string();
+}};
+
+}  // namespace
+
 TEST_SUITE("http") {
   TEST_CASE("a remote model through the node-local cache: filled by the first load, read from the copy next") {
     const char* top = std::getenv("TZ_NET_WORKDIR");

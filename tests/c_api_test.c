@@ -1,6 +1,9 @@
-/* c_api_test DIR: the C ABI (tensorizer.h) from C11, against the files of tests/api_test_files.hpp
- * in DIR (the tz_api_files fixture): open and list, load all / some / one, caller memory, verify
- * with a corrupted file, keys and passphrases, progress, the device path, error codes and messages.
+/* c_api_test DIR [device]: the C ABI (tensorizer.h) from C11, against the files of
+ * tests/api_test_files.hpp in DIR (the tz_api_files fixture). By default: open and list, load all /
+ * some / one, caller memory, verify with a corrupted file, keys and passphrases, progress, error codes
+ * and messages, and what a device load refuses (an unknown tensor, a device that is not there).
+ * `device`: loads onto cuda:0 (whole, filtered, encrypted and verified, a sharded checkpoint) read
+ * back through tests/device_access.h and compared value by value; exit 77 (skipped) without a GPU.
  * Compiled as C11 with -Wpedantic -Werror: a C++ type or header in tensorizer.h fails the build. */
 #ifdef __cplusplus
 #error "c_api_test must be compiled as C"
@@ -8,6 +11,9 @@
 
 #include <tensorizer.h>
 
+#include "device_access.h"
+
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,28 +204,96 @@ static void test_progress_and_options(void) {
   tz_model_free(m);
 }
 
-static void test_device(void) {
+/* 1 when every tensor of device load `d` holds its expected values, read back from the device, and
+ * its names are exactly those of `names` (count of them; NULL: all three) in file order. */
+static int device_load_matches(const tz_device_tensors* d, const char* const* names, size_t count) {
+  static const char* const file_order[] = {"a", "b", "layer.0.weight"};
+  size_t i, k = 0, want = 0;
+  for (i = 0; i < 3; ++i) {
+    size_t n;
+    int selected = names == NULL;
+    for (n = 0; n < count && !selected; ++n) selected = strcmp(names[n], file_order[i]) == 0;
+    if (!selected) continue;
+    ++want;
+    {
+      tz_tensor_info info;
+      void* p = NULL;
+      uint64_t size = 0;
+      char* host;
+      int ok;
+      if (tz_device_tensors_info(d, k, &info) != TZ_OK || strcmp(info.name, file_order[i]) != 0) return 0;
+      if (tz_device_tensors_data(d, k, &p, &size) != TZ_OK || p == NULL || size != info.size_bytes) return 0;
+      if ((uintptr_t)p % 256 != 0) return 0;
+      host = (char*)malloc(size);
+      ok = host != NULL && tz_test_device_read(host, p, size) == 0 && values_match(info.name, host, size);
+      free(host);
+      if (!ok) return 0;
+    }
+    ++k;
+  }
+  return tz_device_tensors_count(d) == want;
+}
+
+/* Host mode: what a device load refuses before any byte moves, with the reason. */
+static void test_device_errors(void) {
   tz_model* m = NULL;
   tz_device_tensors* d = NULL;
-  tz_status s;
+  const char* missing[] = {"a", "missing"};
+  char cuda_missing[32];
+  const int absent = tz_test_device_count(); /* one past the last device: cuda:0 without a GPU */
+  snprintf(cuda_missing, sizeof cuda_missing, "cuda:%d", absent);
   CHECK(tz_model_open(path("plain.tensors"), NULL, &m) == TZ_OK);
-  s = tz_model_load_to_device(m, 0, NULL, 0, &d);
-  if (s == TZ_OK) {
-    void* p = NULL;
-    uint64_t size = 0;
-    CHECK(tz_device_tensors_count(d) == 3 && tz_device_tensors_device(d) == 0);
-    CHECK(tz_device_tensors_data(d, 0, &p, &size) == TZ_OK && p != NULL && size == 24);
-    tz_device_tensors_free(d);
-  } else {
-    CHECK(s == TZ_ERR_NO_DEVICE);
-    printf("device load: %s (%s)\n", tz_status_name(s), tz_last_error_message());
-  }
+  CHECK(tz_model_load_to_device(m, 0, missing, 2, &d) == TZ_ERR_NOT_FOUND && d == NULL);
+  CHECK(strstr(tz_last_error_message(), "no tensor named 'missing'") != NULL);
+  CHECK(tz_model_load_to_device(m, absent, NULL, 0, &d) == TZ_ERR_NO_DEVICE && d == NULL);
+  CHECK(strstr(tz_last_error_message(), cuda_missing) != NULL);
   tz_model_free(m);
 }
 
+/* Device mode: loads onto cuda:0 land, byte for byte, where the handles say. */
+static void test_device_loads(void) {
+  tz_model* m = NULL;
+  tz_device_tensors* d = NULL;
+  tz_options* o = tz_options_new();
+  uint8_t key[32];
+  const char* some[] = {"layer.0.weight", "a"};
+  size_t i;
+  CHECK(tz_model_open(path("plain.tensors"), NULL, &m) == TZ_OK);
+  CHECK(tz_model_load_to_device(m, 0, NULL, 0, &d) == TZ_OK);
+  CHECK(tz_device_tensors_device(d) == 0 && device_load_matches(d, NULL, 0));
+  tz_device_tensors_free(d);
+  d = NULL;
+  CHECK(tz_model_load_to_device(m, 0, some, 2, &d) == TZ_OK);
+  CHECK(device_load_matches(d, some, 2));
+  tz_device_tensors_free(d);
+  d = NULL;
+  tz_model_free(m);
+  for (i = 0; i < sizeof key; ++i) key[i] = (uint8_t)(i + 1);
+  CHECK(tz_options_set_decryption_key(o, key, sizeof key) == TZ_OK && tz_options_set_verify(o, 1) == TZ_OK);
+  CHECK(tz_model_open(path("key.tensors"), o, &m) == TZ_OK);
+  CHECK(tz_model_load_to_device(m, 0, NULL, 0, &d) == TZ_OK && device_load_matches(d, NULL, 0));
+  tz_device_tensors_free(d);
+  d = NULL;
+  tz_model_free(m);
+  CHECK(tz_model_open(path("sharded"), NULL, &m) == TZ_OK);
+  CHECK(tz_model_load_to_device(m, 0, NULL, 0, &d) == TZ_OK && device_load_matches(d, NULL, 0));
+  tz_device_tensors_free(d);
+  tz_model_free(m);
+  tz_options_free(o);
+}
+
 int main(int argc, char** argv) {
-  if (argc != 2) return fprintf(stderr, "usage: c_api_test DIR\n"), 2;
+  if (argc < 2 || argc > 3 || (argc == 3 && strcmp(argv[2], "device") != 0))
+    return fprintf(stderr, "usage: c_api_test DIR [device]\n"), 2;
   snprintf(dir, sizeof dir, "%s", argv[1]);
+  if (argc == 3) {
+    /* Decided before any check: without a device this mode has nothing to run. */
+    if (tz_test_device_count() == 0) return printf("c_api_test device: no CUDA device: skipped (exit 77)\n"), 77;
+    test_device_loads();
+    if (failures) return fprintf(stderr, "%d check(s) failed\n", failures), 1;
+    printf("c_api_test device: all checks passed\n");
+    return 0;
+  }
   CHECK(strcmp(tz_version(), TENSORIZER_VERSION_STRING) == 0);
   CHECK(strcmp(tz_status_name(TZ_ERR_HASH_MISMATCH), "hash_mismatch") == 0);
   CHECK(tz_model_tensor_count(NULL) == 0);
@@ -231,7 +305,7 @@ int main(int argc, char** argv) {
   test_verify();
   test_decryption();
   test_progress_and_options();
-  test_device();
+  test_device_errors();
   if (failures) return fprintf(stderr, "%d check(s) failed\n", failures), 1;
   printf("c_api_test: all checks passed\n");
   return 0;

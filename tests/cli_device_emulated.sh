@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # `tensorizer load --device` end to end on the host emulation of the CUDA runtime (tensorizer_emulated):
-# whole, filtered, verified, small-ring, encrypted (key file), O_DIRECT and sharded loads report the bytes and
-# tensors a host load reports; a missing device, a corrupt tensor and a wrong key fail with messages
-# naming them. With `http`, the same load comes from nginx (the net_nginx fixture of tests/net.cmake).
-# usage: cli_device_emulated.sh local|http CLI_EMULATED WORKDIR   (http: env TZ_NET_WORKDIR, TZ_NET_PORT_BASE)
+# whole, filtered, verified, small-ring, encrypted (key file), O_DIRECT and sharded loads put on the
+# device, tensor for tensor, the bytes `tensorizer hash` reports for the model (read back with
+# --device-sha256), and report the tensor and byte counts of a host load; a missing device, a corrupt
+# tensor and a wrong key fail with messages naming them. With `http`, the same load comes from nginx
+# (the net_nginx fixture of tests/net.cmake). Works in a temporary directory of its own, removed at exit.
+# usage: cli_device_emulated.sh local|http CLI_EMULATED   (http: env TZ_NET_WORKDIR, TZ_NET_PORT_BASE)
 set -euo pipefail
-mode=${1:?usage: cli_device_emulated.sh local|http CLI WORKDIR}; cli=${2:?CLI}; work=${3:?WORKDIR}/cli-device-$mode
-rm -rf "$work"; mkdir -p "$work"
+mode=${1:?usage: cli_device_emulated.sh local|http CLI}; cli=${2:?CLI}
+work=$(mktemp -d "${TMPDIR:-/tmp}/tz-cli-device-$mode.XXXXXX")
+trap 'rm -rf "$work"' EXIT
 step() { printf 'cli_device %s: %s\n' "$mode" "$*"; }
 fail() { step "FAIL: $*"; exit 1; }
 # field FILE KEY...: a value of the JSON object in FILE (nested keys allowed).
@@ -19,15 +22,35 @@ expect_error() {
   grep -qF -- "$want" "$work/err.out" || { cat "$work/err.out"; fail "'$*' did not report $want"; }
   step "expected error: $(head -c 300 "$work/err.out")"
 }
-# same_as_host JSON TENSORS BYTES: a device load's report matches the host's counts.
+# same_bytes JSON [NAME]: the SHA-256 of every tensor read back from the device (load --device-sha256)
+# equals its SHA-256 in `hash --json` of the model ($work/hashes.json), by name; the load holds every
+# tensor of the model, or only NAME when given.
+same_bytes() {
+  python3 - "$1" "$work/hashes.json" "${2:-}" <<'PY' || fail "$1: the bytes on the device differ from the model's"
+import json, sys
+report, hashes, only = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+want = {t["name"]: t["sha256"] for t in hashes["tensors"]}
+got = {t["name"]: t["sha256"] for t in report.get("device_sha256", [])}
+names = [only] if only else list(want)
+if sorted(got) != sorted(names):
+    sys.exit(f"tensors read back: {sorted(got)[:5]}... ({len(got)}), expected {sorted(names)[:5]}... ({len(names)})")
+bad = [n for n in names if got[n] != want[n]]
+if bad:
+    sys.exit(f"{len(bad)} of {len(names)} tensors differ on the device, first {bad[0]}: {got[bad[0]]} != {want[bad[0]]}")
+print(f"  {len(names)} tensors read back from the device equal the model's")
+PY
+}
+# same_as_host JSON TENSORS BYTES: a device load's report matches the host's counts, and its bytes the model's.
 same_as_host() {
   [[ $(field "$1" tensors) == "$2" ]] || fail "$1: $(field "$1" tensors) tensors, the host load has $2"
   [[ $(field "$1" bytes) == "$3" ]] || fail "$1: $(field "$1" bytes) bytes, the host load has $3"
   [[ $(field "$1" device) == cuda:0 ]] || fail "$1: not on cuda:0"
+  same_bytes "$1"
 }
 
 "$cli" synth "$work/model.tensors" --size-mib 24 --seed 5 > /dev/null
 "$cli" load --json "$work/model.tensors" > "$work/host.json"
+"$cli" hash --json "$work/model.tensors" > "$work/hashes.json"
 tensors=$(field "$work/host.json" tensors); bytes=$(field "$work/host.json" bytes)
 step "host load: $tensors tensors, $bytes bytes"
 
@@ -36,7 +59,7 @@ if [[ $mode == http ]]; then
   www=$top/nginx/www/cli-device; mkdir -p "$www"; cp "$work/model.tensors" "$www/model.tensors"
   uri="http://127.0.0.1:$((base + 80))/cli-device/model.tensors"
   step "load --device cuda:0 --verify from $uri"
-  "$cli" load --device cuda:0 --verify --json --connections 2 "$uri" > "$work/http.json"
+  "$cli" load --device cuda:0 --verify --json --device-sha256 --connections 2 "$uri" > "$work/http.json"
   same_as_host "$work/http.json" "$tensors" "$bytes"
   [[ $(field "$work/http.json" verify) == true ]] || fail "verify not reported"
   expect_error "(not_found)" "$cli" load --device cuda:0 "http://127.0.0.1:$((base + 80))/cli-device/missing.tensors"
@@ -45,7 +68,7 @@ if [[ $mode == http ]]; then
 fi
 
 step "whole file, verified, as JSON and as text"
-"$cli" load --device cuda:0 --verify --json "$work/model.tensors" > "$work/dev.json"
+"$cli" load --device cuda:0 --verify --json --device-sha256 "$work/model.tensors" > "$work/dev.json"
 same_as_host "$work/dev.json" "$tensors" "$bytes"
 for stage in open_s prepare_s transfer_s total_s read_s verify_s decrypt_s upload_s wait_s; do
   field "$work/dev.json" stages "$stage" > /dev/null || fail "stage $stage missing"
@@ -56,7 +79,8 @@ grep -qF -- "-> cuda:0: $tensors tensors" "$work/dev.txt" || { cat "$work/dev.tx
 grep -q "worker-seconds: read" "$work/dev.txt" || fail "no stage timings in the text report"
 
 step "small ring, one stream, O_DIRECT"
-"$cli" load --device cuda:0 --json --slots 2 --slot-mib 1 --streams 1 --direct "$work/model.tensors" > "$work/small.json"
+"$cli" load --device cuda:0 --json --device-sha256 --slots 2 --slot-mib 1 --streams 1 --direct "$work/model.tensors" \
+  > "$work/small.json"
 same_as_host "$work/small.json" "$tensors" "$bytes"
 ring=$(field "$work/small.json" ring_bytes); held=$(field "$work/small.json" pinned_max_bytes)
 (( ring < 3 * 1048576 )) || fail "ring of $ring bytes for 2 x 1 MiB slots"
@@ -64,21 +88,23 @@ ring=$(field "$work/small.json" ring_bytes); held=$(field "$work/small.json" pin
 
 step "a sharded checkpoint (shards of at most 3MB), small ring, O_DIRECT"
 "$cli" convert "$work/model.tensors" "$work/shards/" --max-shard-size 3MB
-"$cli" load --device cuda:0 --json --slots 2 --slot-mib 1 --direct "$work/shards" > "$work/shards.json"
+"$cli" load --device cuda:0 --json --device-sha256 --slots 2 --slot-mib 1 --direct "$work/shards" > "$work/shards.json"
 same_as_host "$work/shards.json" "$tensors" "$bytes"
 [[ $(field "$work/shards.json" format) == safetensors ]] || fail "the sharded load is not reported as safetensors"
 
 step "filtered"
 name=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tensors"][1]["name"])' \
   <("$cli" inspect --json "$work/model.tensors"))
-"$cli" load --device cuda:0 --json --only "$name" "$work/model.tensors" > "$work/one.json"
+"$cli" load --device cuda:0 --json --device-sha256 --only "$name" "$work/model.tensors" > "$work/one.json"
 [[ $(field "$work/one.json" tensors) == 1 ]] || fail "--only $name loaded $(field "$work/one.json" tensors) tensors"
+same_bytes "$work/one.json" "$name"
 expect_error "no tensor named 'no.such.tensor'" "$cli" load --device cuda:0 --only no.such.tensor "$work/model.tensors"
 
 step "encrypted with a key file"
 "$cli" keygen "$work/key"
 "$cli" copy --encrypt-key-file "$work/key" "$work/model.tensors" "$work/enc.tensors"
-"$cli" load --device cuda:0 --verify --json --decrypt-key-file "$work/key" "$work/enc.tensors" > "$work/enc.json"
+"$cli" load --device cuda:0 --verify --json --device-sha256 --decrypt-key-file "$work/key" "$work/enc.tensors" \
+  > "$work/enc.json"
 same_as_host "$work/enc.json" "$tensors" "$bytes"
 "$cli" keygen "$work/wrong"
 expect_error "(crypto)" "$cli" load --device cuda:0 --decrypt-key-file "$work/wrong" "$work/enc.tensors"

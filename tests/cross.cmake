@@ -19,6 +19,16 @@ if(TARGET tensorizer)
         SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cross
         ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
     endforeach()
+    # The same checks against tensorizer 2.12.1, run under its venv (TZ_TENSORIZER_2121_PYTHON; absent:
+    # skipped), plus its data version 5 files both ways (check_2121_cross.py).
+    foreach(check IN ITEMS check_ours_read check_theirs_read check_encryption_cross check_2121_cross)
+      add_test(NAME cross_${check}_2121
+               COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/python/with_peer.py ${TZ_TENSORIZER_2121_PYTHON}
+                       ${CMAKE_CURRENT_SOURCE_DIR}/python/${check}.py $<TARGET_FILE:tensorizer>)
+      set_tests_properties(cross_${check}_2121 PROPERTIES
+        SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS cross
+        ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1;TZ_PEER_TENSORIZER=2.12.1")
+    endforeach()
   else()
     message(STATUS "tensorizer: no Python 3 interpreter; the cross tests against the real tensorizer are off")
   endif()

@@ -4,7 +4,8 @@
 # increment_nonce with sodium_increment.
 add_executable(crypto_test crypto_test.cpp doctest_main.cpp)
 target_link_libraries(crypto_test PRIVATE doctest::doctest tz::crypto PkgConfig::SODIUM Threads::Threads)
-target_compile_definitions(crypto_test PRIVATE TZ_VECTORS_DIR="${TZ_VECTORS_DIR}" TZ_BINARY_DIR="${CMAKE_BINARY_DIR}")
+target_compile_definitions(crypto_test PRIVATE TZ_VECTORS_DIR="${TZ_VECTORS_DIR}"
+  TZ_VECTORS_2121_DIR="${TZ_VECTORS_2121_DIR}")
 tz_target_defaults(crypto_test)
 add_test(NAME crypto_test COMMAND crypto_test --test-suite-exclude=reference)
 add_test(NAME crypto_test_reference COMMAND crypto_test --test-suite=reference)

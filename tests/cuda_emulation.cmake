@@ -7,11 +7,14 @@ set(tz_emulation_dir ${CMAKE_CURRENT_SOURCE_DIR}/cuda_emulation)
 add_library(tz_cuda_emulated STATIC
   ${PROJECT_SOURCE_DIR}/cuda/cuda_common.cpp ${PROJECT_SOURCE_DIR}/cuda/dlpack.cpp
   ${PROJECT_SOURCE_DIR}/cuda/cuda_runtime.cpp ${PROJECT_SOURCE_DIR}/cuda/cuda_uploader.cpp
+  # The secretbox kernels as stream operations that open each chunk with libsodium: the device
+  # sink's decryption runs here as on a GPU (the kernels' arithmetic has tests of its own).
+  ${tz_emulation_dir}/secretbox.cpp
   ${tz_emulation_dir}/control.cpp ${tz_emulation_dir}/memory.cpp ${tz_emulation_dir}/streams.cpp)
 # cuda_runtime.h comes from the emulation, never from the toolkit.
 target_include_directories(tz_cuda_emulated BEFORE PRIVATE ${tz_emulation_dir})
 target_include_directories(tz_cuda_emulated PUBLIC ${tz_emulation_dir}/include)
-target_link_libraries(tz_cuda_emulated PUBLIC tz::cuda_headers Threads::Threads)
+target_link_libraries(tz_cuda_emulated PUBLIC tz::cuda_headers Threads::Threads PRIVATE PkgConfig::SODIUM)
 target_compile_definitions(tz_cuda_emulated PUBLIC TZ_HAVE_CUDA=1 TZ_CUDA_EMULATED=1)
 tz_target_defaults(tz_cuda_emulated)
 
@@ -40,10 +43,77 @@ if(TZ_BUILD_BENCH)
 endif()
 
 # The CLI on the emulation: `load --device` runs in CI without a GPU.
-add_executable(tensorizer_emulated ${tz_tool_sources})
+add_executable(tensorizer_emulated)
 target_link_libraries(tensorizer_emulated PRIVATE tz_tooling_objects tz_sources_emulated)
 tz_target_defaults(tensorizer_emulated)
 # Its `load --device`: local files, and over
 # HTTP from nginx (registered in tests/net_cli.cmake, beside the other tests needing its fixture).
 add_test(NAME cli_device_emulated COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli_device_emulated.sh local
-         $<TARGET_FILE:tensorizer_emulated> ${CMAKE_BINARY_DIR})
+         $<TARGET_FILE:tensorizer_emulated>)
+
+# The public APIs on the emulation. libtensorizer's sources as a shared library of their own
+# (tensorizer_api_emulated: the same sources, version script and hidden engine as libtensorizer.so)
+# over the emulated engine, with tests/device_access.h inside it: the emulated device memory belongs
+# to the module that holds the emulation, so the tests read it back through the library's own copy.
+# api_emulated_test runs api_test's host and "gpu" suites on it; c_api_emulated_test runs the C
+# program, both modes. Device bytes are compared value by value with what was written.
+if(TARGET tensorizer_shared)
+  get_target_property(tz_api_sources tensorizer_shared SOURCES)
+  add_library(tensorizer_api_emulated SHARED ${tz_api_sources} ${CMAKE_CURRENT_LIST_DIR}/device_access.cpp)
+  target_include_directories(tensorizer_api_emulated PUBLIC
+    $<TARGET_PROPERTY:tensorizer_shared,INTERFACE_INCLUDE_DIRECTORIES> ${CMAKE_CURRENT_LIST_DIR})
+  target_include_directories(tensorizer_api_emulated BEFORE PRIVATE ${tz_emulation_dir})
+  target_compile_features(tensorizer_api_emulated PUBLIC cxx_std_20)
+  target_link_libraries(tensorizer_api_emulated PRIVATE tz_sources_emulated)
+  target_link_options(tensorizer_api_emulated PRIVATE
+    -Wl,--version-script=${PROJECT_SOURCE_DIR}/api/exports.map -Wl,--exclude-libs,ALL)
+  tz_target_defaults(tensorizer_api_emulated)
+
+  tz_add_doctest(api_emulated_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/api_test.cpp
+                 LIBS tensorizer_api_emulated tz::format tz::crypto EXCLUDE http)
+
+  add_executable(c_api_emulated_test ${CMAKE_CURRENT_LIST_DIR}/c_api_test.c)
+  set_target_properties(c_api_emulated_test PROPERTIES LINKER_LANGUAGE C)
+  target_link_libraries(c_api_emulated_test PRIVATE tensorizer_api_emulated)
+  target_compile_options(c_api_emulated_test PRIVATE -Wall -Wextra -Wpedantic -Werror)
+  add_test(NAME c_api_emulated_test COMMAND c_api_emulated_test ${tz_api_files_dir})
+  add_test(NAME c_api_emulated_test_device COMMAND c_api_emulated_test ${tz_api_files_dir} device)
+  set_tests_properties(c_api_emulated_test c_api_emulated_test_device PROPERTIES FIXTURES_REQUIRED tz_api_files)
+endif()
+
+# Python's _C on the emulation, where pybind11 and the Python headers are found: python/src built
+# as tensorizer/_C in python-emulated/ of the build tree, with tests/device_access.h exported for
+# ctypes (dltensor_access.cpp reads a DLPack capsule's device bytes). tests/python/device_emulated.py
+# loads through _C.Reader(device=0) and TensorDeserializer(device="cuda:0") and compares every
+# tensor's bytes read back from the device with `tensorizer hash`.
+set(Python_EXECUTABLE ${Python3_EXECUTABLE})
+find_package(Python 3.9 QUIET COMPONENTS Interpreter Development.Module)
+if(Python_FOUND)
+  execute_process(COMMAND ${Python_EXECUTABLE} -m pybind11 --cmakedir OUTPUT_VARIABLE tz_pybind11_dir
+                  OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  find_package(pybind11 CONFIG QUIET HINTS ${tz_pybind11_dir})
+endif()
+if(pybind11_FOUND)
+  file(GLOB tz_python_emulated_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/python/src/*.cpp)
+  pybind11_add_module(tz_python_emulated MODULE ${tz_python_emulated_sources}
+                      ${CMAKE_CURRENT_LIST_DIR}/device_access.cpp ${CMAKE_CURRENT_LIST_DIR}/dltensor_access.cpp)
+  set_target_properties(tz_python_emulated PROPERTIES OUTPUT_NAME _C
+                        LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/python-emulated/tensorizer)
+  target_include_directories(tz_python_emulated BEFORE PRIVATE ${tz_emulation_dir})
+  target_link_libraries(tz_python_emulated PRIVATE tz_sources_emulated)
+  tz_target_defaults(tz_python_emulated)
+  target_compile_options(tz_python_emulated PRIVATE -Wno-pedantic)  # as python/CMakeLists.txt
+  target_compile_definitions(tz_python_emulated PRIVATE TZ_VERSION="${PROJECT_VERSION}")
+  # python_device_emulated: _C itself; python_device_emulated_torch: TensorDeserializer (needs torch).
+  foreach(mode c deserializer)
+    set(name python_device_emulated)
+    if(mode STREQUAL deserializer)
+      set(name python_device_emulated_torch)
+    endif()
+    add_test(NAME ${name} COMMAND ${Python_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/python/device_emulated.py ${mode}
+             $<TARGET_FILE_DIR:tz_python_emulated> ${PROJECT_SOURCE_DIR}/python $<TARGET_FILE:tensorizer>)
+    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1;OMP_NUM_THREADS=1")
+  endforeach()
+else()
+  message(STATUS "tensorizer: no pybind11 or Python headers: Python's _C is not tested on the CUDA emulation")
+endif()

@@ -6,6 +6,7 @@
 // corrupted files (random bytes changed, or cut short) fail on the device path exactly where they
 // fail on the host path, and load the same bytes where they load.
 #include "tz/cuda_emulation.hpp"
+#include "tz/cuda/secretbox.hpp"
 #include "tz/engine/device_load.hpp"
 #include "tz/format/encryption.hpp"
 #include "tz/backends/memory_source.hpp"
@@ -13,8 +14,6 @@
 #include "float_model.hpp"
 
 #include <doctest/doctest.h>
-
-#include <unistd.h>
 
 #include <atomic>
 #include <map>
@@ -39,12 +38,7 @@ bool ok(const tz::result<T>& r) {
 constexpr std::size_t kib = 1024;
 constexpr std::size_t mib = 1024 * kib;
 
-// A write_floats model (float_model.hpp) as bytes.
-std::vector<std::byte> write_floats(std::size_t count, std::size_t base_bytes,
-                                    tz::format::tensor_encryptor* enc = nullptr) {
-  const std::string path = std::string(TZ_BINARY_DIR) + "/cuda_emulation_test_" + std::to_string(::getpid());
-  return tz_test::write_floats(path, count, base_bytes, enc);
-}
+using tz_test::write_floats;
 
 // Every tensor of `t` downloaded and compared with what write_floats wrote.
 bool all_floats_match(const tz::device_tensors& t, std::size_t base_bytes) {
@@ -261,6 +255,70 @@ TEST_CASE("the ring path uploads only from pinned memory and holds no more of it
     REQUIRE(ok(again));
     CHECK(emu::snapshot().registrations == before.registrations + 1);
     CHECK(emu::snapshot().pageable_copies == before.pageable_copies);
+  }
+  check_nothing_alive();
+}
+
+TEST_CASE("encrypted loads open their chunks on the device: the same bytes and the same errors as the host's workers") {
+  emulation_case scope;
+  auto key = tz::crypto::secret_key::random().value();
+  auto enc = tz::format::tensorizer_encryptor::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
+  // Tensors of 3 cipher chunks (5 MiB), split over 4 MiB slots.
+  auto file = write_floats(4, 5 * mib, &enc);
+  const auto decryption = tz::format::decryption::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
+  REQUIRE(tz::cuda::secretbox_kernels_available());  // the emulation's: libsodium on the stream
+  {
+    tz::scheduler sched(2);
+    auto ctx = tz::device_context::create(0, 3).value();
+    auto load_with = [&](const std::vector<std::byte>& bytes, bool on_device) {
+      tz::device_load_options o;
+      o.decryption = decryption;
+      o.decrypt_on_device = on_device;
+      return load(sched, *ctx, std::make_shared<tz::memory_source>(bytes, "mem-sealed"), o);
+    };
+    for (bool on_device : {true, false}) {
+      CAPTURE(on_device);
+      auto t = load_with(file, on_device);
+      REQUIRE(ok(t));
+      CHECK(all_floats_match(*t, 5 * mib));
+      CHECK((t->timings().decrypt_s > 0) == !on_device);  // the host's workers decrypted, or not
+    }
+    // A flipped byte in the third chunk of the last tensor: both paths name that chunk alike.
+    auto l = tz::loader::open(sched, std::make_shared<tz::memory_source>(file, "mem-sealed")).value();
+    const auto& last = l.index().tensors.back();
+    auto bad = file;
+    bad[last.data_offset + 2 * (2u << 20) + 100] ^= std::byte{0x40};
+    auto on_gpu = load_with(bad, true), on_host = load_with(bad, false);
+    REQUIRE_FALSE(on_gpu.has_value());
+    REQUIRE_FALSE(on_host.has_value());
+    CHECK(on_gpu.error().code == tz::errc::crypto);
+    CHECK(on_gpu.error().message == on_host.error().message);
+    CHECK(on_gpu.error().message.find("chunk 2 of 3") != std::string::npos);
+    CHECK(emu::snapshot().device_allocations == 0);  // the failed loads freed their memory
+  }
+  check_nothing_alive();
+}
+
+TEST_CASE("readers sharing one stream keep each range's copies and kernels together on it") {
+  emulation_case scope;
+  auto key = tz::crypto::secret_key::random().value();
+  auto enc = tz::format::tensorizer_encryptor::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
+  const auto file = write_floats(6, 5 * mib, &enc);  // 3 chunks each, over 4 MiB slots
+  {
+    // Many readers and one stream: without an upload's operations kept contiguous, another
+    // range's kernel pair lands between a pair's two halves and its chunks fail their MAC (as
+    // they did on an H100 before the uploader held the stream while enqueueing).
+    tz::scheduler sched(4);
+    auto ctx = tz::device_context::create(0, 1).value();
+    tz::device_load_options o;
+    o.decryption = tz::format::decryption::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
+    o.readers = 8;
+    for (int round = 0; round < 6; ++round) {
+      CAPTURE(round);
+      auto t = load(sched, *ctx, std::make_shared<tz::memory_source>(file, "mem-one-stream"), o);
+      REQUIRE(ok(t));
+      CHECK(all_floats_match(*t, 5 * mib));
+    }
   }
   check_nothing_alive();
 }

@@ -1,7 +1,11 @@
-// Tests of the CUDA stage. Suite "host" needs no GPU (run alone as cuda_test_host); suite "gpu"
-// exits 77 (skipped) on a machine without one, after checking that everything says so cleanly.
+// Tests of the CUDA stage. Suite "host" needs no GPU (CTest entry cuda_test_host; it also checks that
+// everything says so cleanly without one); suite "gpu" needs a CUDA device and is skipped (exit 77)
+// before any case runs where there is none (CTest entry cuda_test).
 #include "tz/cuda/cuda.hpp"
 #include "tz/cuda/dlpack.hpp"
+
+#include "cuda_device.hpp"
+#include "requirements.hpp"
 
 #include <doctest/doctest.h>
 
@@ -9,7 +13,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -49,13 +52,7 @@ void check_no_gpu_behaviour() {
   REQUIRE(up.error().code == tz::errc::no_device);
 }
 
-// Every GPU case starts here, so that a filtered run (-tc=...) without a GPU is skipped too.
-void require_gpu() {
-  if (available()) return;
-  check_no_gpu_behaviour();
-  MESSAGE("no CUDA device: skipping the GPU suite (exit 77)");
-  std::exit(77);
-}
+const tz_test::suite_needs gpu_needs_a_device{"gpu", "a CUDA device", tz_test::cuda_device_absent};
 
 // A pattern where every byte depends on its absolute offset, so misplaced pieces are caught.
 std::byte pattern_at(std::size_t offset, unsigned seed) {
@@ -86,9 +83,7 @@ constexpr std::size_t mib = std::size_t{1} << 20;
 }  // namespace
 
 TEST_SUITE("gpu") {
-  // Must stay the first case of the file: without a GPU it ends the run with 77.
-  TEST_CASE("the GPU suite runs only where a CUDA device is present") {
-    require_gpu();
+  TEST_CASE("device 0 is counted and described") {
     auto count = device_count();
     REQUIRE(ok(count));
     CHECK(*count >= 1);
@@ -100,7 +95,6 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("pinned memory is allocated, writable, movable and freed") {
-    require_gpu();
     auto buffer = alloc_pinned(8 * mib);
     REQUIRE(ok(buffer));
     REQUIRE(buffer->size_bytes() == 8 * mib);
@@ -121,7 +115,6 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("device memory knows its device and a bad device index is an error naming it") {
-    require_gpu();
     auto buffer = alloc_device(0, 16 * mib);
     REQUIRE(ok(buffer));
     CHECK(buffer->device() == 0);
@@ -142,7 +135,6 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a known pattern uploaded on several streams comes back byte for byte") {
-    require_gpu();
     constexpr std::size_t total = 64 * mib, piece = 4 * mib;
     auto host = alloc_pinned(total).value();
     fill_pattern(host.bytes(), 0, 7);
@@ -167,7 +159,6 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("thousands of small uploads land at their offsets") {
-    require_gpu();
     constexpr std::size_t count = 4096, piece = 1024, total = count * piece;
     auto host = alloc_pinned(total).value();
     fill_pattern(host.bytes(), 0, 11);
@@ -187,7 +178,6 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("an upload larger than the pinned buffers goes through them in pieces") {
-    require_gpu();
     constexpr std::size_t total = 40 * mib + 12345, slot_size = 4 * mib;
     std::vector<std::byte> source(total);  // pageable, like a file read into ordinary memory
     fill_pattern(source, 0, 23);
@@ -212,7 +202,6 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("completion callbacks run once per upload with the outcome") {
-    require_gpu();
     constexpr int count = 64;
     constexpr std::size_t piece = 256 * 1024;
     auto host = alloc_pinned(count * piece).value();
@@ -244,7 +233,6 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("destroying an uploader reports every pending completion first, and tickets with callbacks are empty") {
-    require_gpu();
     constexpr int count = 48;
     constexpr std::size_t piece = 1 << 20;
     auto host = alloc_pinned(count * piece).value();
@@ -270,7 +258,6 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("uploads outside the destination are refused before reaching CUDA") {
-    require_gpu();
     auto host = alloc_pinned(8192).value();
     auto device = alloc_device(0, 4096).value();
     auto up = uploader::create(0).value();
@@ -294,7 +281,6 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a device buffer exported through DLPack stays alive until the consumer deletes it") {
-    require_gpu();
     auto buffer = std::make_shared<device_buffer>(alloc_device(0, 1024 * sizeof(float)).value());
     const std::int64_t shape[] = {32, 32};
     auto tensor = to_dlpack_cuda(buffer->data(), 0, DLDataType{kDLFloat, 32, 1}, shape, buffer);
@@ -307,7 +293,6 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("allocating and freeing repeatedly leaks no device memory") {
-    require_gpu();
     {  // warm up: the context, streams and first allocations take memory once
       auto up = uploader::create(0).value();
       auto warm = alloc_device(0, 64 * mib).value();

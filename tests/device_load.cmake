@@ -1,5 +1,5 @@
 # device_load_test: loads straight to GPU memory. Suite "host" (planning, dtypes) runs everywhere as
-# device_load_test_host; device_load_test and device_load_test_reference (the cases reading the
-# reference vectors) exit 77 (skipped) without a GPU.
-tz_add_doctest(device_load_test SOURCES device_load_test.cpp LIBS tz::engine tz::backends REFERENCE)
+# device_load_test_host; device_load_test (suite "gpu") and device_load_test_reference (the cases
+# reading the reference vectors) exit 77 (skipped) before any case runs without a GPU.
+tz_add_doctest(device_load_test SOURCES device_load_test.cpp LIBS tz::engine tz::backends REFERENCE ONLY gpu)
 add_test(NAME device_load_test_host COMMAND device_load_test --test-suite=host)

@@ -1,7 +1,9 @@
 // Loading to GPU memory. Suite "host" (no GPU): the plan (whole tensors packed, large ones cut at
-// cipher-chunk multiples, 256-byte device offsets) and dtype mapping. Suite "gpu" (exit 77 without
-// one): device bytes equal the reference manifests, encrypted files, filtered loads, many small
-// tensors, tensors larger than the whole ring, corrupt data, safetensors and bounded pinned memory.
+// cipher-chunk multiples, 256-byte device offsets) and dtype mapping. Suite "gpu" (needs a device):
+// encrypted files, filtered loads, many small tensors, tensors larger than the whole ring, corrupt
+// data, safetensors and bounded pinned memory. Suite "reference" (needs a device and the reference
+// vectors): device bytes equal the reference manifests. Without what they need, those suites are
+// skipped (exit 77) before any case runs.
 #include "tz/engine/device_load.hpp"
 #include "tz/engine/load_plan.hpp"
 #include "tz/backends/file_source.hpp"
@@ -10,14 +12,15 @@
 #include "tz/crypto/hash.hpp"
 #include "tz/backends/memory_source.hpp"
 
+#include "cuda_device.hpp"
 #include "float_model.hpp"
 #include "reference_vectors.hpp"
+#include "requirements.hpp"
 
 #include <boost/json/src.hpp>
 
 #include <doctest/doctest.h>
 
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -34,10 +37,6 @@ bool ok(const tz::result<T>& r) {
 }
 
 std::string vectors_dir() { return tz_test::vectors_dir().string(); }
-
-std::string temp_path(const std::string& stem) {
-  return std::string(TZ_BINARY_DIR) + "/device_load_test_" + stem + "_" + std::to_string(::getpid());
-}
 
 boost::json::value read_json(const std::string& path) {
   std::ifstream in(path);
@@ -223,11 +222,8 @@ TEST_SUITE("host") {
 
 namespace {
 
-void require_gpu() {
-  if (tz::cuda::available()) return;
-  MESSAGE("no CUDA device: skipping the GPU suite (exit 77)");
-  std::exit(77);
-}
+const tz_test::suite_needs gpu_needs_a_device{"gpu", "a CUDA device", tz_test::cuda_device_absent};
+const tz_test::suite_needs reference_needs_a_device{"reference", "a CUDA device", tz_test::cuda_device_absent};
 
 // One scheduler and device context per case, and the loads it makes.
 struct gpu {
@@ -270,8 +266,6 @@ tz::format::decryption reference_key() {
 
 TEST_SUITE("gpu") {
   TEST_CASE("device bytes equal the reference manifests for every dtype (verified)" * doctest::test_suite("reference")) {
-    require_gpu();
-    tz_test::require_vectors();
     gpu g;
     for (const char* name : {"small_mixed", "module", "nested", "meta_v4"}) {
       CAPTURE(name);
@@ -298,8 +292,6 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("an encrypted file decrypts in the staging slots, whole or split across slots" * doctest::test_suite("reference")) {
-    require_gpu();
-    tz_test::require_vectors();
     gpu g;
     auto hashes = manifest_hashes(vectors_dir() + "/encrypted.manifest.json");
     for (std::size_t slot_bytes : {std::size_t{16} << 20, std::size_t{2} << 20}) {
@@ -327,9 +319,8 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a filtered load uploads only the selected tensors") {
-    require_gpu();
     gpu g;
-    auto src = std::make_shared<tz::memory_source>(write_floats(temp_path("filter"), 40, 5000), "mem-filter");
+    auto src = std::make_shared<tz::memory_source>(write_floats(40, 5000), "mem-filter");
     auto t = g.load(src, {3, 17, 39, 0});
     REQUIRE(ok(t));
     REQUIRE(t->size() == 4);
@@ -343,9 +334,8 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("many small tensors go through a tiny ring with bounded pinned memory") {
-    require_gpu();
     gpu g;
-    auto src = std::make_shared<tz::memory_source>(write_floats(temp_path("many"), 2000, 400), "mem-many");
+    auto src = std::make_shared<tz::memory_source>(write_floats(2000, 400), "mem-many");
     tz::device_load_options o;
     o.verify = true;
     o.slot_count = 4;
@@ -359,7 +349,6 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("tensors larger than the whole ring load, plain and encrypted, verified") {
-    require_gpu();
     gpu g;
     const std::size_t big = 21 << 20;  // 21 MiB + 3i floats each, through a 3 x 2 MiB ring
     auto key = tz::crypto::secret_key::random().value();
@@ -367,7 +356,7 @@ TEST_SUITE("gpu") {
     auto enc = tz::format::tensorizer_encryptor::from_key(copy_key());
     for (bool encrypted : {false, true}) {
       CAPTURE(encrypted);
-      auto bytes = write_floats(temp_path("big"), 3, big, encrypted ? &enc : nullptr);
+      auto bytes = write_floats(3, big, encrypted ? &enc : nullptr);
       auto src = std::make_shared<tz::memory_source>(std::move(bytes), "mem-big");
       tz::device_load_options o;
       o.verify = true;
@@ -390,9 +379,8 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a corrupt byte in a split tensor fails verification after all copies drained") {
-    require_gpu();
     gpu g;
-    auto bytes = write_floats(temp_path("corrupt"), 2, 9 << 20);
+    auto bytes = write_floats(2, 9 << 20);
     bytes[bytes.size() - 100] ^= std::byte{1};  // inside the last tensor's data
     auto src = std::make_shared<tz::memory_source>(std::move(bytes), "mem-corrupt");
     tz::device_load_options o;
@@ -408,7 +396,6 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("a safetensors file loads to the device") {
-    require_gpu();
     gpu g;
     std::vector<float> a{1, 2, 3, 4, 5, 6};
     std::vector<std::int16_t> b{-7, 8, -9};
@@ -433,11 +420,10 @@ TEST_SUITE("gpu") {
   }
 
   TEST_CASE("device memory is returned after loads") {
-    require_gpu();
     gpu g;
     const auto before = tz::cuda::describe_device(0).value().free_bytes;
     {
-      auto src = std::make_shared<tz::memory_source>(write_floats(temp_path("leak"), 4, 32 << 20), "mem-leak");
+      auto src = std::make_shared<tz::memory_source>(write_floats(4, 32 << 20), "mem-leak");
       auto t = g.load(src);
       REQUIRE(ok(t));
       CHECK(tz::cuda::describe_device(0).value().free_bytes < before);

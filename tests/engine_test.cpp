@@ -1,4 +1,5 @@
 // Scheduler, lease ring (back-pressure, cancellation, no leaked leases or frames) and byte sources.
+#include "temp_dir.hpp"
 #include "test_bytes.hpp"
 #include "tz/backends/file_source.hpp"
 #include "tz/engine/host_memory.hpp"
@@ -220,8 +221,8 @@ TEST_CASE("memory source gives up after too many EAGAIN in a row") {
 }
 
 namespace {
-std::string write_temp_file(const std::vector<std::byte>& data) {
-  std::string path = std::string(TZ_BINARY_DIR) + "/engine_test_" + std::to_string(::getpid()) + ".bin";
+std::string write_temp_file(const tz_test::temp_dir& dir, const std::vector<std::byte>& data) {
+  std::string path = dir.file("data.bin");
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(data.data()), data.size());
   return path;
 }
@@ -242,7 +243,8 @@ tz::task<bool> read_and_compare(tz::byte_source& src, const std::vector<std::byt
 
 TEST_CASE("file source reads scattered ranges concurrently from every worker, buffered and O_DIRECT") {
   auto data = pattern(8 << 20, 7);
-  std::string path = write_temp_file(data);
+  const tz_test::temp_dir dir("tz-engine-test");
+  std::string path = write_temp_file(dir, data);
   for (bool direct : {false, true}) {
     for (bool punt : {false, true}) {
       CAPTURE(direct);
@@ -261,7 +263,6 @@ TEST_CASE("file source reads scattered ranges concurrently from every worker, bu
       CHECK(eof.error().message.find(path) != std::string::npos);
     }
   }
-  std::remove(path.c_str());
 }
 
 TEST_CASE("opening a missing file fails with not_found naming the path") {

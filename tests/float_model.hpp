@@ -5,9 +5,10 @@
 
 #include "tz/format/writer.hpp"
 
+#include "temp_dir.hpp"
+
 #include <doctest/doctest.h>
 
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -17,10 +18,12 @@
 
 namespace tz_test {
 
-// Writes `count` such tensors to `path` with the real writer (encrypted with `enc` when given),
-// returns the file's bytes and removes the file.
-inline std::vector<std::byte> write_floats(const std::string& path, std::size_t count, std::size_t base_bytes,
+// Writes `count` such tensors with the real writer (encrypted with `enc` when given) into a file of a
+// temporary directory of its own, and returns the file's bytes; the directory is removed.
+inline std::vector<std::byte> write_floats(std::size_t count, std::size_t base_bytes,
                                            tz::format::tensor_encryptor* enc = nullptr) {
+  const temp_dir dir("tz-float-model");
+  const std::string path = dir.file("model.tensors");
   auto w = tz::format::tensor_writer::create(path, {enc});
   REQUIRE(w.has_value());
   auto f32 = tz::format::dtype_from_torch("torch.float32").value();
@@ -37,7 +40,6 @@ inline std::vector<std::byte> write_floats(const std::string& path, std::size_t 
   REQUIRE(w->close().has_value());
   std::ifstream in(path, std::ios::binary);
   std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::remove(path.c_str());
   std::vector<std::byte> out(c.size());
   std::memcpy(out.data(), c.data(), c.size());
   return out;

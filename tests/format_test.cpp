@@ -1,6 +1,5 @@
 // format/ tests: the reference files (tests/vectors/make_vectors.py) read, verified and written back byte for byte.
-#include "format_test_util.hpp"
-#include "file_reader.hpp"
+#include "format_manifest.hpp"
 #include "tz/format/writer.hpp"
 #include "tz/crypto/hash.hpp"
 
@@ -13,90 +12,24 @@ namespace {
 
 const char* plain_vectors[] = {"small_mixed", "module", "nested", "meta_v4"};
 
-// The manifest's name for a tensor: its string name, or the JSON path array.
-std::string manifest_name(const boost::json::object& t) {
-  if (!t.at("name").is_null()) return std::string(t.at("name").as_string());
-  tensor_path p;
-  for (const auto& c : t.at("path").as_array()) {
-    if (c.is_string()) p.parts.emplace_back(std::string(c.as_string()));
-    else p.parts.emplace_back(static_cast<std::uint64_t>(c.to_number<std::int64_t>()));
-  }
-  return display_name(p);
-}
-
-std::string sha_of_load(const tensor_entry& e, const std::vector<std::byte>& data) {
-  if (!e.is_meta()) return to_hex(sha256(data));
-  std::vector<std::byte> zeros(e.deserialized_bytes);
-  return to_hex(sha256(zeros));
-}
-
 }  // namespace
 
 TEST_CASE("every tensor of the reference files matches its manifest" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
-  for (const char* name : plain_vectors) {
-    CAPTURE(name);
-    auto manifest = tz_test::read_json(tz_test::vectors_dir() / (std::string(name) + ".manifest.json")).as_object();
-    auto reader = file_reader::open((tz_test::vectors_dir() / (std::string(name) + ".tensors")).string());
-    REQUIRE(reader);
-    const auto& index = reader->index();
-    const auto& fh = manifest.at("file_header").as_object();
-    CHECK(index.header.version == fh.at("data_version").to_number<std::uint32_t>());
-    CHECK(index.header.flags == fh.at("feature_flags").to_number<std::uint64_t>());
-    const auto& tensors = manifest.at("tensors").as_array();
-    REQUIRE(index.tensors.size() == tensors.size());
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      const auto& t = tensors[i].as_object();
-      const auto& f = t.at("file").as_object();
-      const auto& e = index.tensors[i];
-      CAPTURE(display_name(e.path));
-      CHECK(display_name(e.path) == manifest_name(t));
-      CHECK("torch." + dtype_display(e.dtype) == std::string(t.at("dtype").as_string()));
-      CHECK(e.dtype.stored == std::string(f.at("file_dtype").as_string()));
-      CHECK(e.header_offset == f.at("header_offset").to_number<std::uint64_t>());
-      CHECK(e.data_offset == f.at("data_offset").to_number<std::uint64_t>());
-      CHECK(e.data_length == f.at("data_length").to_number<std::uint64_t>());
-      std::vector<std::uint64_t> shape;
-      for (const auto& d : t.at("shape").as_array()) shape.push_back(d.to_number<std::uint64_t>());
-      CHECK(e.shape == shape);
-      auto h = reader->read_header(i);
-      REQUIRE(h);
-      CHECK(h->module_index == f.at("module_idx").to_number<std::uint16_t>());
-      std::vector<std::byte> data(e.data_length);
-      REQUIRE(reader->read_data(i, data));
-      CHECK(verify_tensor(*h, data, index.source));
-      CHECK(sha_of_load(e, data) == std::string(t.at("sha256").as_string()));
-    }
-  }
+  for (const char* name : plain_vectors) tz_test::check_manifest(tz_test::vectors_dir(), name);
 }
 
 TEST_CASE("reading and writing back a reference file gives identical bytes" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
   tz_test::temp_dir tmp;
   for (const char* name : plain_vectors) {
     CAPTURE(name);
     const auto in = tz_test::vectors_dir() / (std::string(name) + ".tensors");
-    auto reader = file_reader::open(in.string());
-    REQUIRE(reader);
     const auto out = tmp.path / (std::string(name) + ".tensors");
-    auto writer = tensor_writer::create(out.string());
-    REQUIRE(writer);
-    for (std::size_t i = 0; i < reader->index().tensors.size(); ++i) {
-      const auto& e = reader->index().tensors[i];
-      auto h = reader->read_header(i);
-      REQUIRE(h);
-      std::vector<std::byte> data(e.data_length);
-      REQUIRE(reader->read_data(i, data));
-      REQUIRE(writer->write({e.path, e.type, h->module_index, e.dtype, e.shape, data, e.is_meta()}));
-    }
-    REQUIRE(writer->close());
-    CHECK(writer->version() == reader->index().header.version);
+    tz_test::write_back(in, out);
     CHECK(tz_test::read_file(out) == tz_test::read_file(in));
   }
 }
 
 TEST_CASE("the encrypted reference file's crypt-info blocks are parsed" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
   auto manifest = tz_test::read_json(tz_test::vectors_dir() / "encrypted.manifest.json").as_object();
   auto reader = file_reader::open((tz_test::vectors_dir() / "encrypted.tensors").string());
   REQUIRE(reader);
@@ -117,7 +50,6 @@ TEST_CASE("the encrypted reference file's crypt-info blocks are parsed" * doctes
 }
 
 TEST_CASE("a corrupted data byte fails verification naming the tensor and both values" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
   tz_test::temp_dir tmp;
   auto bytes = tz_test::read_file(tz_test::vectors_dir() / "small_mixed.tensors");
   auto reader = file_reader::open((tz_test::vectors_dir() / "small_mixed.tensors").string());

@@ -1,10 +1,13 @@
 // Helpers shared by the format tests: reading files, the reference vectors, temp paths.
 #pragma once
 
+#include "file_reader.hpp"
 #include "reference_vectors.hpp"
 #include "result_printer.hpp"
+#include "temp_dir.hpp"
 
 #include <boost/json.hpp>
+#include <doctest/doctest.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -36,15 +39,30 @@ inline boost::json::value read_json(const std::filesystem::path& p) {
   return boost::json::parse(s);
 }
 
-// A fresh directory under the system temp dir, removed by the destructor.
-struct temp_dir {
-  std::filesystem::path path;
-  temp_dir() {
-    path = std::filesystem::temp_directory_path() / ("tz-test-" + std::to_string(::getpid()) + "-" +
-                                                     std::to_string(std::rand()));
-    std::filesystem::create_directories(path);
+inline void put64(std::vector<std::byte>& b, std::size_t at, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) b[at + i] = static_cast<std::byte>(v >> (8 * i));
+}
+
+// Writes the mutated bytes and opens them, returning the error (the test fails if it opens).
+inline tz::error open_error(const std::vector<std::byte>& bytes) {
+  tz_test::temp_dir tmp;
+  tz_test::write_file(tmp.path / "m.tensors", bytes);
+  auto r = tz::format::file_reader::open((tmp.path / "m.tensors").string());
+  if (r) {
+    for (std::size_t i = 0; i < r->index().tensors.size(); ++i) {
+      auto h = r->read_header(i);
+      if (!h) return h.error();
+    }
+    FAIL("a malformed file was accepted");
   }
-  ~temp_dir() { std::filesystem::remove_all(path); }
-};
+  return r.error();
+}
+
+// Whether the error's message contains `what`; prints the message when it does not.
+inline bool says(const tz::error& e, const std::string& what) {
+  const bool found = e.message.find(what) != std::string::npos;
+  if (!found) MESSAGE("expected '" << what << "' in: " << e.message);
+  return found;
+}
 
 }  // namespace tz_test

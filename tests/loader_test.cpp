@@ -9,6 +9,7 @@
 #include "tz/backends/memory_source.hpp"
 
 #include "float_model.hpp"
+#include "temp_dir.hpp"
 #include "reference_vectors.hpp"
 
 #include <boost/json.hpp>  // compiled once, in tz::format (format/json.cpp)
@@ -22,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 namespace {
 
@@ -73,17 +75,12 @@ std::vector<std::byte> make_tensors_file(const std::string& path, std::size_t co
   return slurp(path);
 }
 
-std::string temp_path(const char* stem) {
-  return std::string(TZ_BINARY_DIR) + "/loader_test_" + stem + "_" + std::to_string(::getpid());
-}
-
 // Expected bytes of tensor i of make_tensors_file (the model of float_model.hpp).
 constexpr auto tensor_matches = tz_test::floats_match;
 
 }  // namespace
 
 TEST_CASE("loaded bytes equal the reference manifests (verified, two workers)" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
   tz::scheduler sched(2);
   for (const char* name : {"small_mixed", "module", "nested", "meta_v4"}) {
     CAPTURE(name);
@@ -112,7 +109,6 @@ tz::crypto::secret_key reference_key() {
 }
 
 TEST_CASE("an encrypted file loads decrypted and verified with its key, and fails without it or with another" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
   tz::scheduler sched(2);
   auto l = tz::loader::open(sched, tz::file_source::open(vectors_dir() + "/encrypted.tensors").value()).value();
   auto refused = l.load(sched);
@@ -141,8 +137,59 @@ TEST_CASE("an encrypted file loads decrypted and verified with its key, and fail
   CHECK(failed.error().message.find("MAC") != std::string::npos);
 }
 
+TEST_CASE("the data version 5 files of tensorizer 2.12.1 load as their manifests say" * doctest::test_suite("reference_2121")) {
+  tz::scheduler sched(2);
+  for (const char* name : {"long_v5", "long_v5_encrypted"}) {
+    CAPTURE(name);
+    const std::string stem = tz_test::vectors_2121_dir().string() + "/" + name;
+    auto l = tz::loader::open(sched, tz::file_source::open(stem + ".tensors").value());
+    REQUIRE(l.has_value());
+    CHECK(l->index().header.version == 5);
+    std::ifstream in(stem + ".manifest.json");
+    const auto manifest = boost::json::parse(std::string(std::istreambuf_iterator<char>(in), {})).as_object();
+    std::optional<tz::format::decryption> decryption;
+    if (!manifest.at("encryption").is_null())
+      decryption = tz::format::decryption::from_key(
+          tz::crypto::secret_key::from_hex(std::string(manifest.at("encryption").at("key_hex").as_string())).value());
+    tz::load_options o;
+    o.verify = true;
+    if (decryption) o.decryption = *decryption;
+    auto loaded = l->load(sched, {}, o);
+    REQUIRE_MESSAGE(loaded.has_value(), (loaded ? "" : loaded.error().message));
+    auto hashes = manifest_hashes(stem + ".manifest.json");
+    REQUIRE(loaded->size() == hashes.size());
+    for (std::size_t i = 0; i < loaded->size(); ++i) {
+      CAPTURE(loaded->entry(i).name);
+      CHECK(sha_hex(loaded->data(i)) == hashes.at(loaded->entry(i).header_offset));
+    }
+  }
+}
+
+TEST_CASE("meta tensors whose sizes add up past 2^64 bytes fail the load instead of wrapping") {
+  const tz_test::temp_dir dir("tz-loader-test");
+  const auto path = dir.file("wrap.tensors");
+  {
+    auto w = tz::format::tensor_writer::create(path).value();
+    const auto u1 = tz::format::parse_dtype("|u1").value();
+    for (const char* name : {"a", "b"})
+      REQUIRE(w.write({tz::format::plain_path(name), tz::format::tensor_type::state_dict, 0, u1, {(1ull << 63) - 1}, {}, true})
+                  .has_value());
+    REQUIRE(w.close().has_value());
+  }
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, tz::file_source::open(path).value());
+  REQUIRE(l.has_value());
+  auto loaded = l->load(sched);
+  std::remove(path.c_str());
+  REQUIRE_FALSE(loaded.has_value());
+  CHECK(loaded.error().code == tz::errc::unsupported);
+  CHECK(loaded.error().message.find("tensor 'b' is a meta tensor of 9223372036854775807 bytes of zeros: the load "
+                                    "would need more than 2^64 bytes") != std::string::npos);
+}
+
 TEST_CASE("multi-chunk encrypted tensors load whatever the range cuts, and a flipped byte names its chunk") {
-  auto path = temp_path("chunks");
+  const tz_test::temp_dir dir("tz-loader-test");
+  auto path = dir.file("chunks.tensors");
   // Tensors of 5 MiB + 12 bytes (3 cipher chunks), small ones and an empty one. Ranges shorter than
   // a chunk still hold whole chunks (a split tensor is cut at chunk multiples), longer ones several.
   auto key = tz::crypto::secret_key::random().value();
@@ -202,7 +249,6 @@ TEST_CASE("multi-chunk encrypted tensors load whatever the range cuts, and a fli
 }
 
 TEST_CASE("a plain file refuses a decryption key" * doctest::test_suite("reference")) {
-  tz_test::require_vectors();
   tz::scheduler sched(1);
   auto l = tz::loader::open(sched, tz::file_source::open(vectors_dir() + "/small_mixed.tensors").value()).value();
   auto decryption = tz::format::decryption::from_key(tz::crypto::secret_key::random().value());
@@ -214,7 +260,8 @@ TEST_CASE("a plain file refuses a decryption key" * doctest::test_suite("referen
 }
 
 TEST_CASE("many small tensors load with a few large reads, not one read per tensor") {
-  auto path = temp_path("small");
+  const tz_test::temp_dir dir("tz-loader-test");
+  auto path = dir.file("small.tensors");
   auto bytes = make_tensors_file(path, 200, 1000);
   std::remove(path.c_str());
   auto src = std::make_shared<tz::memory_source>(bytes, "mem-small");
@@ -230,7 +277,8 @@ TEST_CASE("many small tensors load with a few large reads, not one read per tens
 }
 
 TEST_CASE("a filtered load reads only around the selected tensors; a lazy load reads one range") {
-  auto path = temp_path("filter");
+  const tz_test::temp_dir dir("tz-loader-test");
+  auto path = dir.file("filter.tensors");
   auto bytes = make_tensors_file(path, 40, 256 << 10);
   std::remove(path.c_str());
   auto src = std::make_shared<tz::memory_source>(bytes, "mem-filter");
@@ -260,7 +308,8 @@ TEST_CASE("a filtered load reads only around the selected tensors; a lazy load r
 }
 
 TEST_CASE("a load into caller memory fills exactly the given spans") {
-  auto path = temp_path("into");
+  const tz_test::temp_dir dir("tz-loader-test");
+  auto path = dir.file("into.tensors");
   auto bytes = make_tensors_file(path, 10, 100000);
   std::remove(path.c_str());
   tz::scheduler sched(2);
@@ -285,7 +334,8 @@ TEST_CASE("a load into caller memory fills exactly the given spans") {
 }
 
 TEST_CASE("short reads and transient errors are absorbed; a hard error fails the load naming the offset") {
-  auto path = temp_path("faults");
+  const tz_test::temp_dir dir("tz-loader-test");
+  auto path = dir.file("faults.tensors");
   auto bytes = make_tensors_file(path, 16, 300000);
   std::remove(path.c_str());
   auto src = std::make_shared<tz::memory_source>(bytes, "mem-faults");
@@ -314,7 +364,8 @@ TEST_CASE("short reads and transient errors are absorbed; a hard error fails the
 }
 
 TEST_CASE("a corrupted byte fails verification naming the tensor") {
-  auto path = temp_path("corrupt");
+  const tz_test::temp_dir dir("tz-loader-test");
+  auto path = dir.file("corrupt.tensors");
   auto bytes = make_tensors_file(path, 5, 4000);
   std::remove(path.c_str());
   tz::scheduler sched(2);
@@ -332,7 +383,8 @@ TEST_CASE("a corrupted byte fails verification naming the tensor") {
 }
 
 TEST_CASE("tensors larger than a range are split, hashed part by part on any worker, and verified") {
-  auto path = temp_path("split");
+  const tz_test::temp_dir dir("tz-loader-test");
+  auto path = dir.file("split.tensors");
   auto bytes = make_tensors_file(path, 12, 200000);
   std::remove(path.c_str());
   tz::scheduler sched(2);
@@ -373,7 +425,8 @@ TEST_CASE("tensors larger than a range are split, hashed part by part on any wor
 }
 
 TEST_CASE("a safetensors file loads through the same pipeline") {
-  auto path = temp_path("st") + ".safetensors";
+  const tz_test::temp_dir dir("tz-loader-test");
+  auto path = dir.file("st.safetensors");
   std::vector<float> a(1000), b(70000);
   for (std::size_t k = 0; k < a.size(); ++k) a[k] = static_cast<float>(k);
   for (std::size_t k = 0; k < b.size(); ++k) b[k] = static_cast<float>(k) * 0.5f;
@@ -394,7 +447,8 @@ TEST_CASE("a safetensors file loads through the same pipeline") {
 }
 
 TEST_CASE("progress is reported up to the total and stage timings are filled in") {
-  auto path = temp_path("progress");
+  const tz_test::temp_dir dir("tz-loader-test");
+  auto path = dir.file("progress.tensors");
   auto bytes = make_tensors_file(path, 8, 500000);
   tz::scheduler sched(2);
   auto l = tz::loader::open(sched, tz::file_source::open(path, {true, false}).value()).value();

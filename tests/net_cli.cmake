@@ -40,13 +40,13 @@ endforeach()
 if(TARGET api_test)
   add_test(NAME api_test_http COMMAND api_test --test-suite=http)
   set_tests_properties(api_test_http PROPERTIES FIXTURES_REQUIRED net_nginx SKIP_RETURN_CODE 77
-                       ENVIRONMENT "${tz_net_env}")
+                       ENVIRONMENT "${tz_net_env};TZ_NET_SCRIPTS=${tz_net_scripts}")
 endif()
 
 # `load --device` over HTTP on the CUDA emulation (tests/cuda_emulation.cmake, tools/CMakeLists.txt).
 if(TARGET tensorizer_emulated)
   add_test(NAME cli_device_emulated_http COMMAND ${CMAKE_CURRENT_LIST_DIR}/cli_device_emulated.sh http
-           $<TARGET_FILE:tensorizer_emulated> ${CMAKE_BINARY_DIR})
+           $<TARGET_FILE:tensorizer_emulated>)
   set_tests_properties(cli_device_emulated_http PROPERTIES FIXTURES_REQUIRED net_nginx SKIP_RETURN_CODE 77
                        ENVIRONMENT "${tz_net_env}")
 endif()

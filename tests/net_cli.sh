@@ -96,7 +96,7 @@ while True: held.append(s.accept()[0])' > "$work/silent.port" &
     expect_error "give-up limit (2.5 s lost to failed attempts) reached" "$cli" load "$silent_url" --first-byte-timeout 1 --give-up-after 2.5
     expect_error "(timeout)" "$cli" hash "$silent_url" --first-byte-timeout 0.5 --give-up-after 1
     expect_error "option --stall-timeout" "$cli" load "$silent_url" --stall-timeout 0
-    "$cli" load --help | grep -q -- "--give-up-after" || fail "load --help does not list --give-up-after"
+    help_text=$("$cli" load --help) && grep -q -- "--give-up-after" <<<"$help_text" || fail "load --help does not list --give-up-after"
     kill $silent; trap - EXIT
     ;;
   s3)

@@ -92,6 +92,10 @@ std::shared_ptr<tz::byte_source> shared(Open open) {
 
 }  // namespace
 
+const tz_test::suite_needs http_needs_nginx = net_test::suite_needs_server("http", "nginx");
+const tz_test::suite_needs s3_needs_rgw = net_test::suite_needs_server("s3", "rgw");
+const tz_test::suite_needs redis_needs_redis = net_test::suite_needs_server("redis", "redis");
+
 TEST_SUITE("http") {
 
 TEST_CASE("a model served by nginx loads over HTTP and HTTPS equal to the local file, whole and filtered") {

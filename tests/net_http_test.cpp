@@ -53,6 +53,8 @@ bool read_matches(tz::byte_source& source, std::uint64_t offset, std::uint64_t l
 
 }  // namespace
 
+const tz_test::suite_needs http_needs_nginx = net_test::suite_needs_server("http", "nginx");
+
 TEST_SUITE("http") {
 
 TEST_CASE("the size comes from HEAD and whole and partial reads equal the served file") {

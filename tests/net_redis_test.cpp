@@ -32,6 +32,8 @@ std::vector<std::byte> write_file(const tz::redis_options& options, const std::s
 
 }  // namespace
 
+const tz_test::suite_needs redis_needs_redis = net_test::suite_needs_server("redis", "redis");
+
 TEST_SUITE("redis") {
 
 TEST_CASE("a virtual file written with spaces, quotes and colons in key names reads back byte for byte") {

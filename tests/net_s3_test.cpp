@@ -53,6 +53,8 @@ tz::error open_error(const tz::s3_options& options, const std::string& url) {
 
 }  // namespace
 
+const tz_test::suite_needs s3_needs_rgw = net_test::suite_needs_server("s3", "rgw");
+
 TEST_SUITE("s3") {
 
 TEST_CASE("a multipart upload reads back equal, whole and in sub-ranges, over HTTP and HTTPS") {

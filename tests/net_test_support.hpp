@@ -1,8 +1,11 @@
-// Helpers for net_test: where the test servers live, starting them via scripts/servers, test data,
-// and running a tz::task to completion.
+// Helpers for net_test and net_cli_test: where the test servers live, starting them via
+// scripts/servers (a suite whose server is not installed is skipped before any case runs), test
+// data, and running a tz::task to completion.
 #pragma once
 
 #include "tz/base/task.hpp"
+
+#include "requirements.hpp"
 
 #include <doctest/doctest.h>
 
@@ -29,18 +32,32 @@ inline std::string env_or(const char* name, std::string fallback) {
 inline std::string work_dir() { return env_or("TZ_NET_WORKDIR", TZ_NET_WORKDIR); }
 inline int port_base() { return std::stoi(env_or("TZ_NET_PORT_BASE", std::to_string(TZ_NET_PORT_BASE))); }
 
-// Starts (idempotently) a server with its script; exits the whole test program with 77 (skipped)
-// when the server is not installed, and fails the test when it does not come up.
+// Starts (idempotently) a server with its script and returns the script's exit status (77: the
+// server is not installed).
+inline int start_server(const std::string& name) {
+  const std::string command = std::string(TZ_NET_SCRIPTS) + "/" + name + ".sh start '" + work_dir() + "' " +
+                              std::to_string(port_base());
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
+// For tz_test::suite_needs (requirements.hpp): "" when the server is installed (it is then started),
+// else why not. A server that is installed but does not come up is no skip: require_server fails.
+inline std::string server_absent(const std::string& name) {
+  return start_server(name) == 77 ? name + " is not installed (" + TZ_NET_SCRIPTS "/" + name + ".sh start: exit 77)"
+                                  : std::string();
+}
+
+// Declares that every case of `suite` needs server `name` (decided before any case runs).
+inline tz_test::suite_needs suite_needs_server(const char* suite, const char* name) {
+  return tz_test::suite_needs(suite, std::string("the ") + name + " server", [name] { return server_absent(name); });
+}
+
+// Starts the server if needed (idempotent) and fails the case when it does not come up.
 inline void require_server(const std::string& name) {
-  std::string command = std::string(TZ_NET_SCRIPTS) + "/" + name + ".sh start '" + work_dir() + "' " +
-                        std::to_string(port_base());
-  int status = std::system(command.c_str());
-  int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
-  if (rc == 77) {
-    std::fprintf(stderr, "%s is not installed: skipping\n", name.c_str());
-    std::exit(77);
-  }
-  REQUIRE_MESSAGE(rc == 0, "could not start " << name << " with " << command);
+  const int rc = start_server(name);
+  REQUIRE_MESSAGE(rc == 0, "could not start " << name << " with " << TZ_NET_SCRIPTS << "/" << name
+                                              << ".sh start (exit " << rc << ")");
 }
 
 // Deterministic pseudo-random bytes (splitmix64), the same for every run.

@@ -3,6 +3,8 @@
 #include "tz/format/safetensors.hpp"
 #include "tz/crypto/hash.hpp"
 
+#include "requirements.hpp"
+
 #include <doctest/doctest.h>
 
 #include <sys/resource.h>
@@ -400,17 +402,14 @@ TEST_CASE("random corruption of a valid file never crashes the parser") {
   MESSAGE(accepted << " of 3000 corrupted files were still valid");
 }
 
-// --- exchanges with the python library: skipped (exit 77) when it is not importable ---
+// --- exchanges with the python library: suite "python", skipped up front (exit 77) where it is not importable ---
 
 namespace {
 
-void require_python() {
-  static const int rc = run_command("python3 -c 'import safetensors, torch' > /dev/null 2>&1");
-  if (rc != 0) {
-    MESSAGE("python3 with safetensors and torch is not importable: skipping");
-    std::exit(77);
-  }
-}
+const tz_test::suite_needs python_needs_safetensors{"python", "python3 with safetensors and torch", [] {
+  if (run_command("python3 -c 'import safetensors, torch' > /dev/null 2>&1") == 0) return std::string();
+  return std::string("`python3 -c 'import safetensors, torch'` failed");
+}};
 
 std::string unhex(const std::string& hex) {
   std::string out;
@@ -457,7 +456,6 @@ std::string shape_csv(const std::vector<std::uint64_t>& shape) {
 
 TEST_CASE("files written by python safetensors parse, and ours are byte-identical to them" *
           doctest::test_suite("python")) {
-  require_python();
   temp_dir dir;
   REQUIRE(run_command("python3 '" TZ_ST_PYTHON_DIR "/st_make.py' '" + dir.path.string() + "'") == 0);
   const auto manifest = read_manifest(dir.path / "manifest.tsv");
@@ -490,7 +488,6 @@ TEST_CASE("files written by python safetensors parse, and ours are byte-identica
 
 TEST_CASE("files written by us load in python with the same dtypes, shapes, bytes and metadata" *
           doctest::test_suite("python")) {
-  require_python();
   std::mt19937_64 rng(3);
   tensor_set all = every_dtype(rng);
   all.add("é\"\n\\\t/ name", "F32", {2, 2}, random_bytes(rng, 16));

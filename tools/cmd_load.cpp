@@ -2,10 +2,12 @@
 // GPU, and reports GB/s and stage times. One command for both sinks: the same options, progress
 // bar, --repeat, report and errors; the device adds only the shape of its staging ring.
 #include "cli.hpp"
+#include "device_sha256.hpp"
 #include "load_report.hpp"
 #include "remote_args.hpp"
 
 #include "tz/engine/device_load.hpp"
+#include "tz/engine/load_trace.hpp"
 #include "tz/sources/checkpoint.hpp"
 
 #include <unistd.h>
@@ -38,13 +40,17 @@ constexpr const char* load_help =
     "                   median run, with every run's rate (runs after the first find the process's\n"
     "                   memory, the GPU's streams and pinned ring, and the page cache warm)\n"
     "  --decrypt-key-file F | --decrypt-passphrase-file F   open an encrypted file\n"
+    "  --trace FILE     write the first load's timeline as Chrome trace-event JSON (open it in\n"
+    "                   ui.perfetto.dev): per range its read, check and copy, ring waits, setup\n"
     "  With --device only: --slots N (staging slots: 16, 64 when verifying), --slot-mib N (slot\n"
-    "  size, 4), --streams N (CUDA streams, 4).\n";
+    "  size, 4), --streams N (CUDA streams, 4), --device-sha256 (after the last load, copy every\n"
+    "  tensor back from the device and report its SHA-256, as `hash --json` does for the file).\n";
 
 struct load_args {
   std::vector<std::string> inputs;
   std::vector<std::string> only;
-  bool verify = false, direct = false, json = false;
+  std::string trace;  // --trace FILE
+  bool verify = false, direct = false, json = false, device_sha256 = false;
   unsigned readers = 0, threads = 0, repeat = 1;
   std::optional<int> device;  // a GPU; none: host memory
   std::string device_name = "host";
@@ -72,7 +78,7 @@ std::vector<std::string> split_names(const std::string& text) {
 result<void> parse_device(const cli::args& a, load_args& out) {
   auto v = a.get("--device");
   if (!v || *v == "cpu") {
-    for (const char* name : {"--slots", "--slot-mib", "--streams"})
+    for (const char* name : {"--slots", "--slot-mib", "--streams", "--device-sha256"})
       if (a.has(name)) return make_error(errc::invalid_argument, std::string(name) + " applies to --device cuda:N only");
     return {};
   }
@@ -89,7 +95,9 @@ result<load_args> parse_load(const cli::args& a) {
   if (a.positional.empty()) return make_error(errc::invalid_argument, "expected a MODEL");
   out.inputs = a.positional;
   out.verify = a.has("--verify"), out.direct = a.has("--direct"), out.json = a.has("--json");
+  out.device_sha256 = a.has("--device-sha256");
   if (auto v = a.get("--only")) out.only = split_names(*v);
+  if (auto v = a.get("--trace")) out.trace = *v;
   TZ_CHECK(parse_device(a, out));
   std::size_t streams = out.streams;
   for (auto [name, target] : {std::pair{"--readers", &out.readers}, std::pair{"--threads", &out.threads},
@@ -128,6 +136,7 @@ struct one_run {
   load_timings timings;
   std::size_t tensors = 0;
   std::uint64_t data_bytes = 0, ring_bytes = 0, pinned_max_bytes = 0;
+  std::vector<cli::tensor_sha256> device_sha256;  // --device-sha256: each tensor read back
 };
 
 // Loads `which` of `l` once to the sink the arguments name; the loaded tensors are freed on return.
@@ -144,10 +153,16 @@ result<one_run> load_once(scheduler& sched, loader& l, const load_args& a, const
   o.slot_count = a.slot_count;
   o.slot_bytes = a.slot_mib << 20;
   TZ_TRY(r, load_to_device(sched, *ctx, l, which, o));
-  return one_run{r.timings(), r.size(), r.data_bytes(), r.ring_bytes(), r.pinned_bytes_max()};
+  one_run out{r.timings(), r.size(), r.data_bytes(), r.ring_bytes(), r.pinned_bytes_max(), {}};
+  if (a.device_sha256) {  // outside the timed load
+    TZ_TRY(digests, cli::device_sha256(r));
+    out.device_sha256 = std::move(digests);
+  }
+  return out;
 }
 
 void print_report(const load_args& a, const loader& l, std::vector<one_run> runs, unsigned threads, unsigned readers) {
+  auto digests = std::move(runs.back().device_sha256);
   std::vector<double> rates;
   for (const auto& r : runs)
     rates.push_back(r.timings.total_s > 0 ? static_cast<double>(r.data_bytes) / r.timings.total_s / 1e9 : 0);
@@ -168,6 +183,7 @@ void print_report(const load_args& a, const loader& l, std::vector<one_run> runs
   rep.ring_bytes = median.ring_bytes;
   rep.pinned_max_bytes = median.pinned_max_bytes;
   if (a.repeat > 1) rep.runs_gbps = std::move(rates);
+  rep.device_sha256 = std::move(digests);
   cli::print_load_report(rep, a.json);
 }
 
@@ -203,9 +219,14 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
   if (tty) common.on_progress = draw_progress;
   std::vector<one_run> runs;
   for (unsigned k = 0; k < a.repeat; ++k) {
-    auto r = load_once(sched, *l, a, *which, ctx.get(), common);
+    auto options = common;
+    if (k == 0 && !a.trace.empty()) options.trace = std::make_shared<load_trace>();
+    auto r = load_once(sched, *l, a, *which, ctx.get(), options);
     if (tty) std::fputc('\n', stderr);
     if (!r) return cli::fail("load", r.error());
+    if (options.trace) {
+      if (auto w = options.trace->write(a.trace); !w) return cli::fail("load", w.error());
+    }
     runs.push_back(*r);
   }
   print_report(a, *l, std::move(runs), sched.thread_count(), common.readers);
@@ -218,9 +239,9 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
 // errc::no_device, reported as such), 2 bad usage.
 int cmd_load(int argc, char** argv) {
   auto valued = cli::with_remote_valued(
-      {"--readers", "--threads", "--device", "--repeat", "--only", "--slots", "--slot-mib", "--streams"});
+      {"--readers", "--threads", "--device", "--repeat", "--only", "--slots", "--slot-mib", "--streams", "--trace"});
   valued.insert(valued.end(), cli::decrypt_options.begin(), cli::decrypt_options.end());
-  auto a = cli::parse(argc, argv, 2, valued, cli::with_remote_flags({"--verify", "--direct", "--json", "--help"}));
+  auto a = cli::parse(argc, argv, 2, valued, cli::with_remote_flags({"--verify", "--direct", "--json", "--help", "--device-sha256"}));
   if (!a) return cli::usage_error("load", a.error().message, load_help);
   if (a->has("--help")) return std::printf("%s%s%s%s", load_help, cli::load_rate_help, cli::model_help, cli::remote_help), 0;
   auto args = parse_load(*a);

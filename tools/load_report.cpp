@@ -26,19 +26,30 @@ std::string runs_json(const load_report& r) {
   return out + "]";
 }
 
+// ',"device_sha256":[{"name":...,"sha256":...},...]' (the shape of `hash --json`'s "tensors"), or nothing.
+std::string device_sha256_json(const load_report& r) {
+  if (r.device_sha256.empty()) return {};
+  std::string out = ",\"device_sha256\":[";
+  for (std::size_t i = 0; i < r.device_sha256.size(); ++i) {
+    const auto& t = r.device_sha256[i];
+    out += std::string(i ? "," : "") + "{\"name\":" + t.json_name + ",\"sha256\":\"" + t.hex + "\"}";
+  }
+  return out + "]";
+}
+
 void print_json(const load_report& r) {
   const auto& t = r.timings;
   std::printf("{\"file\":%s,\"format\":\"%s\",\"device\":\"%s\",\"tensors\":%zu,\"bytes\":%llu,\"seconds\":%.6f,"
               "\"gb_per_s\":%.3f,\"rate\":\"bytes (stored tensor data) / seconds (load call to every tensor ready)\","
               "\"verify\":%s,\"direct\":%s,\"threads\":%u,\"readers\":%u,\"ring_bytes\":%llu,\"pinned_max_bytes\":%llu,"
               "\"cache\":%s,\"stages\":{\"open_s\":%.6f,\"prepare_s\":%.6f,\"transfer_s\":%.6f,\"total_s\":%.6f,\"read_s\":%.6f,"
-              "\"verify_s\":%.6f,\"decrypt_s\":%.6f,\"upload_s\":%.6f,\"wait_s\":%.6f,\"ring_s\":%.6f,\"alloc_s\":%.6f}%s}\n",
+              "\"verify_s\":%.6f,\"decrypt_s\":%.6f,\"upload_s\":%.6f,\"wait_s\":%.6f,\"ring_s\":%.6f,\"alloc_s\":%.6f}%s%s}\n",
               format::json_name(format::plain_path(r.file)).c_str(), r.safetensors ? "safetensors" : "tensorizer",
               r.destination.c_str(), r.tensors, static_cast<unsigned long long>(r.data_bytes), t.total_s, rate_gbps(r),
               r.verify ? "true" : "false", r.direct ? "true" : "false", r.threads, r.readers,
               static_cast<unsigned long long>(r.ring_bytes), static_cast<unsigned long long>(r.pinned_max_bytes),
               r.cache.empty() ? "null" : format::json_name(format::plain_path(r.cache)).c_str(), t.open_s, t.prepare_s, t.transfer_s, t.total_s, t.read_s, t.verify_s, t.decrypt_s, t.upload_s, t.wait_s, t.ring_s, t.alloc_s,
-              runs_json(r).c_str());
+              runs_json(r).c_str(), device_sha256_json(r).c_str());
 }
 
 }  // namespace
@@ -65,6 +76,7 @@ void print_load_report(const load_report& r, bool json) {
     std::printf("  pinned staging: at most %.1f MiB held of a %.1f MiB ring\n",
                 static_cast<double>(r.pinned_max_bytes) / (1 << 20), static_cast<double>(r.ring_bytes) / (1 << 20));
   }
+  for (const auto& t : r.device_sha256) std::printf("  on the device: %s  %s\n", t.hex.c_str(), t.display_name.c_str());
 }
 
 }  // namespace tz::cli

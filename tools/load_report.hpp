@@ -9,6 +9,11 @@
 
 namespace tz::cli {
 
+// One tensor's SHA-256 (hex), with its name as JSON and for people.
+struct tensor_sha256 {
+  std::string json_name, display_name, hex;
+};
+
 // What a load did. The rate is data_bytes / total_s: the stored tensor data read from the source,
 // over the wall time from the load call until every tensor is in place and checked (host memory,
 // or every copy to the device completed). Opening (reading the index) is reported apart, as open_s.
@@ -27,6 +32,7 @@ struct load_report {
   std::uint64_t pinned_max_bytes = 0;  // device loads: the most of it held at once
   std::string cache;                   // what the node-local cache did (tz::cache_status); "" if off
   std::vector<double> runs_gbps;       // load --repeat N: every run's rate (the report is the median run's)
+  std::vector<tensor_sha256> device_sha256;  // load --device --device-sha256: each tensor read back from the device
 };
 
 // Text for people, or one JSON object (json) on stdout.

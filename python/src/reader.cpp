@@ -63,6 +63,7 @@ pyb::object entry_object(const pyb::object& entry_type, const format::tensor_ent
   d["opaque"] = e.dtype.opaque;
   d["itemsize"] = e.dtype.itemsize;
   d["shape"] = shape;
+  d["metadata_version"] = e.metadata_version;  // 5: u64 dimensions in the header too (FORMAT.md §16.1)
   d["header_offset"] = e.header_offset;
   d["data_offset"] = e.data_offset;
   d["data_length"] = e.data_length;

@@ -1405,11 +1405,11 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
                 f"The headers of {self._entries[missing[0]].display} are not available:"
                 " the file was closed and cannot be reopened"
             )
-        long_ok = self._file_version >= 5
         for i in missing:
             e = self._entries[i]
             raw = source.read(e.header_offset, e.data_offset - e.header_offset)
-            long_shape = long_ok and any(d >= 1 << 32 for d in e.shape)
+            # The entry's tag, not its dimensions, says how the header stores them (FORMAT.md §16.1).
+            long_shape = getattr(e, "metadata_version", 1) == 5
             self._headers[i] = _parse_header(raw, self._encrypted_file, long_shape)
 
     def _prefetch_headers(self) -> None:

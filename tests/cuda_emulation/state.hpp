@@ -26,6 +26,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -45,7 +46,8 @@ struct CUevent_st {
 namespace tz_emulation {
 
 struct operation {
-  enum class kind { copy, fill, record } what = kind::copy;
+  enum class kind { copy, fill, record, work } what = kind::copy;
+  std::function<void()> work;      // kind::work: an emulated kernel, run in stream order
   std::byte* dst = nullptr;        // in a device allocation's backing
   const std::byte* src = nullptr;  // pinned host bytes, read when the copy runs
   std::vector<std::byte> staged;   // pageable host bytes, taken at the call

@@ -74,6 +74,9 @@ void execute(CUstream_st& s, operation& op) {
     case operation::kind::fill:
       if (sticky() == cudaSuccess) std::memset(op.dst, op.value, op.size_bytes);
       return;
+    case operation::kind::work:
+      if (sticky() == cudaSuccess) op.work();
+      return;
     case operation::kind::record: {
       std::lock_guard lock(op.event->mutex);
       op.event->completed = std::max(op.event->completed, op.generation);
@@ -268,3 +271,27 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   e->changed.wait(lock, [&] { return e->completed >= target; });
   return sticky() != cudaSuccess ? fail(sticky()) : cudaSuccess;
 }
+
+namespace tz::cuda::emulation {
+
+bool enqueue_work(void* stream, std::function<void()> work) {
+  operation op;
+  op.what = operation::kind::work;
+  op.work = std::move(work);
+  CUstream_st* s = nullptr;
+  {
+    std::lock_guard lock(rt().mutex);
+    s = find_stream(static_cast<cudaStream_t>(stream));
+  }
+  if (s == nullptr) return false;
+  push(*s, std::move(op));
+  return true;
+}
+
+std::byte* device_bytes(const void* device, std::size_t size_bytes) {
+  std::lock_guard lock(rt().mutex);
+  device_allocation* a = find_device_range(device, size_bytes);
+  return a == nullptr ? nullptr : a->backing + (static_cast<const std::byte*>(device) - a->address);
+}
+
+}  // namespace tz::cuda::emulation

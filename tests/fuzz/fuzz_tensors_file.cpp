@@ -18,7 +18,7 @@ void check_index(const file_index& index, std::span<const std::byte> file) {
     fuzz::require(e.data_offset <= file.size() && e.data_length <= file.size() - e.data_offset, "data inside the file");
     fuzz::require(e.data_length == 0 || e.data_length == e.deserialized_bytes, "data length matches dtype x shape");
     previous_end = e.end_offset();
-    append_index_entry(encoded, e, fh.version);
+    append_index_entry(encoded, e, fh.has_tagged_metadata());
   }
   const auto metadata = file.subspan(file_prefix_bytes, fh.metadata_bytes);
   fuzz::require(encoded.size() <= metadata.size(), "entries fit in the metadata block");

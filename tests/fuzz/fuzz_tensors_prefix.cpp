@@ -21,7 +21,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 "metadata inside the claimed file");
   fuzz::require(fh->metadata_bytes <= max_metadata_bytes, "metadata under the cap");
   fuzz::require(fh->tensor_count >= 1 && fh->tensor_count <= fh->metadata_bytes / 29, "tensor count fits the metadata");
-  fuzz::require(fh->version >= 1 && fh->version <= max_data_version && fh->flags <= 1, "known version and flags");
+  fuzz::require(fh->version >= 1 && fh->version <= max_data_version && (fh->flags & ~known_flags) == 0 &&
+                    (fh->version >= 5 || !fh->has_tagged_metadata()),
+                "known version and flags (bit 1 only in version 5)");
   fuzz::check_file_header_round_trip(*fh, prefix);
   return 0;
 }

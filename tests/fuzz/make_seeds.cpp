@@ -1,5 +1,6 @@
 // Writes the seed corpora of the fuzz harnesses from the project's own writers: small .tensors files
-// (plain, opaque dtype, meta tensor, encrypted with a key and with KDF parameters) with their
+// (plain, opaque dtype, meta tensor, dimensions >= 2^32 (data version 5), encrypted with a key and
+// with KDF parameters) with their
 // metadata block cut to its entries (the python writer pads it to 256 KiB), their prefixes and
 // crypt-info blocks, safetensors files, and hand-written S3, Redis and HTTP server answers.
 // Usage: make_seeds OUT_DIR (creates OUT_DIR/<harness>/seed-*).
@@ -46,12 +47,12 @@ std::vector<std::byte> compact(const std::vector<std::byte>& file) {
   auto fh = unwrap(parse_file_header(std::span(file).first(file_prefix_bytes), file.size(), "seed"));
   auto index = unwrap(parse_index(fh, std::span(file).subspan(file_prefix_bytes, fh.metadata_bytes), file.size(), "seed"));
   std::vector<std::byte> entries;
-  for (const auto& e : index.tensors) append_index_entry(entries, e, fh.version);
+  for (const auto& e : index.tensors) append_index_entry(entries, e, fh.has_tagged_metadata());
   const std::uint64_t cut = fh.metadata_bytes - entries.size();
   entries.clear();
   for (auto e : index.tensors) {
     e.header_offset -= cut, e.data_offset -= cut;
-    append_index_entry(entries, e, fh.version);
+    append_index_entry(entries, e, fh.has_tagged_metadata());
   }
   fh.metadata_bytes = entries.size();
   auto out = encode_file_header(fh);
@@ -60,7 +61,8 @@ std::vector<std::byte> compact(const std::vector<std::byte>& file) {
   return out;
 }
 
-std::vector<std::byte> write_tensors(const std::string& name, tensor_encryptor* encryptor, bool opaque, bool meta) {
+std::vector<std::byte> write_tensors(const std::string& name, tensor_encryptor* encryptor, bool opaque, bool meta,
+                                     bool long_dims = false) {
   const auto path = out_dir / ("tmp-" + name + ".tensors");
   auto w = unwrap(tensor_writer::create(path.string(), {encryptor}));
   std::vector<float> values{1.5f, -2.0f, 3.25f, 0.0f, 7.0f, 8.0f};
@@ -98,6 +100,21 @@ std::vector<std::byte> write_tensors(const std::string& name, tensor_encryptor* 
     m.meta = true;
     unwrap(w.write(m));
   }
+  if (long_dims) {  // data-less, so cheap: a zero-size tensor and a meta tensor of 2^32 elements
+    tensor_write z;
+    z.path = plain_path("long.empty");
+    z.dtype = unwrap(parse_dtype("<f4"));
+    z.shape = {0, 1ull << 32};
+    unwrap(w.write(z));
+    tensor_write m = z;
+    m.path = plain_path("long.meta");
+    m.dtype = unwrap(parse_dtype("|u1"));
+    m.shape = {1ull << 32};
+    m.meta = true;
+    unwrap(w.write(m));
+    b.path = plain_path("after.long");
+    unwrap(w.write(b));
+  }
   unwrap(w.close());
   auto file = compact(read_all(path));
   fs::remove(path);
@@ -116,6 +133,8 @@ void tensors_seeds() {
       {"meta", write_tensors("meta", nullptr, false, true)},
       {"key", write_tensors("key", &by_key, false, false)},
       {"kdf-meta", write_tensors("kdf", &by_kdf, true, true)},
+      {"long", write_tensors("long", nullptr, true, false, true)},
+      {"key-long", write_tensors("key-long", &by_key, false, false, true)},
   };
   for (const auto& [name, file] : files) {
     emit("tensors_file", name, file);

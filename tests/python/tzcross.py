@@ -1,4 +1,5 @@
-"""Shared helpers for the cross tests between our CLI and the real Python tensorizer (2.11.1)."""
+"""Shared helpers for the cross tests between our CLI and the real Python tensorizer (2.11.1, or the
+release TZ_PEER_TENSORIZER names: 2.12.1 when CTest runs them under that release's venv)."""
 
 import hashlib
 import json
@@ -9,7 +10,7 @@ import warnings
 from collections.abc import Mapping
 
 SKIP_EXIT_CODE = 77  # CTest's SKIP_RETURN_CODE: the Python peers are missing, nothing was tested
-TENSORIZER_VERSION = "2.11.1"
+TENSORIZER_VERSION = os.environ.get("TZ_PEER_TENSORIZER", "2.11.1")
 FIRST_HEADER_OFFSET = 73 + 262144  # magic + file header + the 256 KiB metadata block (format/FORMAT.md §2)
 END_MARKER_BYTES = 8
 

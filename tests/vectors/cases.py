@@ -1,4 +1,5 @@
-"""The tensors of the five reference vectors (make_vectors.py writes them with the real tensorizer).
+"""The tensors of the five reference vectors (make_vectors.py writes them with the real tensorizer; the
+data version 5 ones that only 2.12.1 writes are in cases_2121.py).
 
 Fixed seeds, so every file but encrypted.tensors (random nonces) is the same bytes on every run with the
 same torch. Each spec is one tensor in the order tensorizer writes it: its path, the tensor, the tensor
@@ -19,6 +20,7 @@ class Spec:
     tensor_type: str = "STATE_DICT"
     module_index: int = None
     note: str = ""
+    read_back: bool = True  # False: tensorizer's reader would allocate GiBs for it (a huge meta tensor)
 
 
 @dataclass
@@ -31,6 +33,8 @@ class Case:
     write: object
     key: bytes = None
     skipped_dtypes: list = field(default_factory=list)
+    feature_flags: int = None  # the file header's flags, checked when given
+    sequential_too: bool = False  # also written by write_tensor calls, which must give the same bytes
 
     def encryption_record(self):
         if not self.key:

@@ -1,4 +1,4 @@
-"""An independent parser of .tensors files (format/FORMAT.md §2-§9), used by make_vectors.py to record
+"""An independent parser of .tensors files (format/FORMAT.md §2-§9, §16.1), used by make_vectors.py to record
 what the real tensorizer wrote: file header, metadata entries, per-tensor headers, hashes, crypt info.
 
 Written from the spec, not from tensorizer's code, so a manifest's "file" section is a second opinion
@@ -12,6 +12,8 @@ import zlib
 MAGIC = b"|TZR|"
 METADATA_SIZE_OFFSET = 65
 HASH_NAMES = {0: "crc32", 1: "sha256"}
+VERSIONED_HEADERS = 2  # feature flag bit 1 (§16.1): every metadata entry starts with a u32 tag
+LONG_TAG = 5  # the tag of an entry with u64 dimensions
 CRYPT_CHUNK_CLASSES = {1: "KeyDerivationChunk", 2: "XSalsa20ParallelChunk", 3: "XSalsa20SequentialChunk"}
 TENSOR_TYPES = {0: "PARAM", 1: "BUFFER", 2: "STATE_DICT"}
 
@@ -49,17 +51,24 @@ def file_header(data):
 
 
 def metadata_entries(data, header):
-    """The v1-v4 metadata entries (§4.2), in file order."""
+    """The metadata entries (§4.2), in file order; with flag bit 1 each after its u32 tag (§16.1),
+    which is 1 (u32 dimensions) or 5 (u64 dimensions). Untagged entries report tag 1."""
     c = Cursor(data, METADATA_SIZE_OFFSET + 8)
+    tagged = header["feature_flags"] & VERSIONED_HEADERS != 0
     out = []
     for _ in range(header["header_tensor_count"]):
+        tag = c.u("I") if tagged else 1
+        if tag not in (1, LONG_TAG):
+            raise ValueError(f"metadata entry tag {tag} at offset {c.pos - 4}: expected 1 or 5")
         name = c.take(c.u("H"))
         tensor_type = c.u("B")
         dtype = c.take(c.u("B"))
-        shape = [c.u("I") for _ in range(c.u("B"))]
+        dim = "Q" if tag == LONG_TAG else "I"
+        shape = [c.u(dim) for _ in range(c.u("B"))]
         header_offset, data_offset, data_length = c.u("Q"), c.u("Q"), c.u("Q")
-        out.append({"name": name, "tensor_type": tensor_type, "dtype": dtype, "shape": shape,
-                    "header_offset": header_offset, "data_offset": data_offset, "data_length": data_length})
+        out.append({"metadata_version": tag, "name": name, "tensor_type": tensor_type, "dtype": dtype,
+                    "shape": shape, "header_offset": header_offset, "data_offset": data_offset,
+                    "data_length": data_length})
     return out
 
 
@@ -80,15 +89,17 @@ def crypt_chunks(body):
     return {"chunks": chunks}
 
 
-def tensor_header(data, offset, has_crypt):
-    """One per-tensor header (§6.1): its fields, the hash entries and H (§8.2) for recomputing them."""
+def tensor_header(data, offset, has_crypt, long_shape=False):
+    """One per-tensor header (§6.1): its fields, the hash entries and H (§8.2) for recomputing them.
+    long_shape: the entry's tag is 5, so the dimensions are u64 (§16.1)."""
     c = Cursor(data, offset)
     header_size = c.u("Q")
     raw = bytearray(data[offset:offset + header_size])
     module_idx, tensor_type = c.u("H"), c.u("B")
     name = c.take(c.u("H"))
     dtype = c.take(c.u("B"))
-    shape = [c.u("I") for _ in range(c.u("B"))]
+    dim = "Q" if long_shape else "I"
+    shape = [c.u(dim) for _ in range(c.u("B"))]
     hash_end = c.pos + 2 + c.u("H")
     hashes = {}
     for _ in range(c.u("B")):

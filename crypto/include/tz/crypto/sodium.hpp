@@ -283,6 +283,9 @@ result<void> open_chunks(std::span<std::byte> bytes, const chunk_layout& layout,
                          const secret_key& key, const nonce& initial_nonce,
                          std::span<const mac> macs, std::uint64_t* first_bad_chunk = nullptr);
 
+// What open_chunks says of chunk `index` when its MAC does not match (the chunk, its byte range).
+std::string mac_mismatch_message(const chunk_layout& layout, std::uint64_t index);
+
 // Seals a whole tensor in place the way tensorizer's writer does: 2 MiB chunks (or
 // chunk_size_bytes), nonces initial_nonce + i; returns one MAC per chunk (none for 0 bytes).
 // Precondition: chunk_size_bytes > 0 and !key.empty().

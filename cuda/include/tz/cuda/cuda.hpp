@@ -164,6 +164,12 @@ struct upload_piece {
 // more than return a buffer or post work to the caller's event loop (e.g. boost::asio::post).
 using upload_callback = std::function<void(result<void>)>;
 
+// Work an upload puts on its stream after its copies and before its completion is recorded, e.g.
+// a kernel that decrypts the bytes just copied: called on the uploading thread with the stream (a
+// cudaStream_t, kept opaque) and its index. Its error fails the upload: on_done then receives it
+// once the stream has passed the copies, so the host bytes stay owned until then.
+using after_copies_fn = std::function<result<void>(void* stream, int stream_index)>;
+
 // Host-to-device copies spread round-robin over a few streams of one device. Created by the caller
 // and passed down; nothing here has static lifetime. upload() may be called from several threads.
 // The destructor reports every pending completion, waits for every copy in flight, then destroys the streams.
@@ -206,6 +212,11 @@ class uploader {
   // first piece's. All pieces are checked before anything is enqueued; errors as upload().
   result<upload_ticket> upload(std::span<const upload_piece> pieces, device_buffer& dst, upload_callback on_done);
 
+  // As above, with `after` run on the same stream behind the copies (see after_copies_fn); the
+  // completion covers both. `on_done` is required.
+  result<upload_ticket> upload(std::span<const upload_piece> pieces, device_buffer& dst, upload_callback on_done,
+                               const after_copies_fn& after);
+
   // Sets `size_bytes` device bytes at `offset_bytes` of `dst` to zero on the next stream
   // (cudaMemsetAsync) and records an event: meta tensors, which have no stored bytes. Ordered with
   // later work on that stream only; synchronize() or wait() covers it. Errors as upload().
@@ -226,6 +237,8 @@ class uploader {
   struct state;
   struct stream_work;
   explicit uploader(std::unique_ptr<state> s) noexcept;
+  result<upload_ticket> upload_pieces(std::span<const upload_piece> pieces, device_buffer& dst,
+                                      upload_callback on_done, const after_copies_fn* after);
   result<upload_ticket> enqueue(const stream_work& work, device_buffer& dst, std::size_t size_bytes,
                                 std::size_t offset_bytes, upload_callback on_done);
   std::unique_ptr<state> state_;

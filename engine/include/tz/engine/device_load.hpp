@@ -48,6 +48,12 @@ struct device_load_options : load_common_options {
   // A verified load hashes each tensor in file order on the workers: with more tensors in flight
   // more cores hash at once (H100 host: 64 x 4 MiB 12.6 GB/s where 16 x 4 MiB gave 8-10).
   static constexpr std::size_t verified_slot_count = 64;
+  // Encrypted files: upload the ciphertext as stored and authenticate and decrypt it on the GPU
+  // (the secretbox kernels), so that the host's cores only read. Applies when the build has the
+  // kernels (not the null build, not the CUDA emulation) and the load does not verify hashes
+  // (those are of the plaintext, checked on the host); otherwise the workers decrypt, as for host
+  // loads. A chunk whose MAC fails the load with the host path's error; its bytes stay ciphertext.
+  bool decrypt_on_device = true;
   // The slots a load with these options uses.
   std::size_t slots() const noexcept {
     return slot_count != 0 ? slot_count : verify ? verified_slot_count : default_slot_count;

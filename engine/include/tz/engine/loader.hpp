@@ -50,6 +50,8 @@ struct load_timings {
   double alloc_s = 0;     // device loads: allocating the device memory (on a thread of its own, beside the first reads)
 };
 
+class load_trace;
+
 // What every load takes, whatever its sink (host memory or a device): reads, checks, keys, progress.
 struct load_common_options {
   // Reads in flight at once; 0 = automatic (two per worker thread; device loads: at most 3/4 of
@@ -64,6 +66,8 @@ struct load_common_options {
   std::optional<format::decryption> decryption;
   // Called after each completed range from a worker thread, never concurrently with itself.
   std::function<void(const load_progress&)> on_progress;
+  // Records the load's timeline (tz/engine/load_trace.hpp) when set; the caller writes it out.
+  std::shared_ptr<load_trace> trace;
 };
 
 // A load into host memory (device_load_options is the device sink's).

@@ -44,6 +44,23 @@ std::uint64_t cipher_chunk_count(const tensor_header& h) noexcept;
 // Chunk size of a tensor (its data length for a sequential tensor).
 std::uint64_t cipher_chunk_bytes(const tensor_header& h) noexcept;
 
+// One cipher chunk of a tensor's data: where it lies, the nonce it was sealed with, its MAC. For
+// callers that open chunks elsewhere (the device sink's kernels) and report as decrypt_chunks does.
+struct cipher_chunk_ref {
+  std::uint64_t index = 0;
+  std::uint64_t offset_bytes = 0;  // in the tensor's data
+  std::uint64_t size_bytes = 0;
+  crypto::nonce nonce{};
+  crypto::mac mac{};
+};
+
+// Chunks [chunks.first, chunks.end) of tensor h (a sequential tensor: its one chunk, index 0).
+// Precondition: h is encrypted and the range lies within cipher_chunk_count(h).
+std::vector<cipher_chunk_ref> cipher_chunks(const tensor_header& h, crypto::chunk_range chunks);
+
+// The error decrypt_chunks reports when chunk `index` of tensor h fails its MAC.
+error chunk_mac_error(const tensor_header& h, std::uint64_t index, std::string_view source);
+
 // Decrypts a whole tensor in place.
 result<void> decrypt_tensor(const tensor_header& h, std::span<std::byte> data, const decryption& d,
                             std::string_view source);

@@ -22,7 +22,12 @@ inline constexpr std::uint64_t magic_bytes = 5;              // "|TZR|"
 inline constexpr std::uint64_t file_prefix_bytes = 73;       // magic + header + u64 metadata_len
 inline constexpr std::uint64_t python_metadata_bytes = 262144;
 inline constexpr std::uint32_t max_data_version = 5;
+// Feature flags (format/FORMAT.md §3): bit 0 since data version 4, bit 1 since tensorizer 2.12.
 inline constexpr std::uint64_t flag_encrypted = 1;
+inline constexpr std::uint64_t flag_versioned_headers = 2;  // every metadata entry starts with a u32 tag
+inline constexpr std::uint64_t known_flags = flag_encrypted | flag_versioned_headers;
+// Dimensions from here on are stored as u64 (data version 5, metadata tag 5).
+inline constexpr std::uint64_t long_dimension_min = 1ull << 32;
 // Caps on sizes read from a file before anything is allocated for them.
 inline constexpr std::uint64_t max_metadata_bytes = 256ull << 20;
 inline constexpr std::uint64_t max_tensor_header_bytes = 64ull << 20;
@@ -35,12 +40,15 @@ enum class hash_kind : std::uint8_t { crc32 = 0, sha256 = 1 };
 // The 73-byte file prefix.
 struct file_header {
   std::uint32_t version = 0;
-  std::uint64_t flags = 0;          // bit 0: encrypted (v4+)
+  std::uint64_t flags = 0;          // bit 0: encrypted (v4+); bit 1: versioned_headers (v5)
   std::uint64_t tensor_size = 0;    // sum of data lengths (not the file size)
   std::uint64_t tensor_count = 0;
   std::uint64_t metadata_bytes = 0;
   // Whether every tensor header carries a crypt-info block (v3, or v4+ with flag bit 0).
   bool has_crypt_info() const noexcept { return version == 3 || (version >= 4 && (flags & flag_encrypted)); }
+  // Whether every metadata entry starts with a u32 tag (1: u32 dimensions, 5: u64 dimensions).
+  // tensorizer 2.12 decides this by flag bit 1 alone, not by the version (format/FORMAT.md §16.1).
+  bool has_tagged_metadata() const noexcept { return (flags & flag_versioned_headers) != 0; }
 };
 
 // One metadata entry: what the index says about a tensor.
@@ -50,7 +58,7 @@ struct tensor_entry {
   tensor_type type = tensor_type::param;
   dtype_info dtype;
   std::vector<std::uint64_t> shape;
-  std::uint32_t metadata_version = 1;  // v5 per-entry tag: 1 (u32 dims) or 5 (u64 dims)
+  std::uint32_t metadata_version = 1;  // per-entry tag: 1 (u32 dims) or 5 (u64 dims, here and in its header)
   std::uint64_t header_offset = 0;
   std::uint64_t data_offset = 0;
   std::uint64_t data_length = 0;
@@ -113,7 +121,8 @@ struct tensor_header {
   std::vector<std::byte> hash_prefix;
 };
 
-// Parses the 73-byte prefix; checks magic, version, flags, and that metadata fits in the file.
+// Parses the 73-byte prefix; checks magic, version, flags (bit 1 only with version 5), and that
+// metadata fits in the file.
 result<file_header> parse_file_header(std::span<const std::byte> prefix, std::uint64_t file_bytes,
                                       std::string_view source);
 

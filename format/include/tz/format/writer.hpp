@@ -1,4 +1,5 @@
-// Writes .tensors files byte-identical to tensorizer 2.11.1 for the same tensors in the same order.
+// Writes .tensors files byte-identical to tensorizer 2.11.1 for the same tensors in the same order
+// (and to 2.12.1 for files with a dimension >= 2^32, which need data version 5).
 #pragma once
 
 #include "tz/base/error.hpp"
@@ -22,15 +23,17 @@ struct tensor_write {
   std::vector<std::uint64_t> shape;
   std::span<const std::byte> data;
   bool meta = false;  // a data-less tensor that loads as zeros (raises the version to 4)
+  // Dimensions >= 2^32 raise the version to 5 (format/FORMAT.md §16.1).
 };
 
 // Encrypts tensor data for the writer (implemented in crypto terms by the caller; see tools/).
 // The 73-byte file prefix of a header (reserved bytes zero), as the writer stores it.
 std::vector<std::byte> encode_file_header(const file_header& header);
 
-// Appends one metadata-index entry as stored in a file of `data_version` (v5 adds the per-entry
-// tag, and a tag of 5 stores 8-byte dimensions). The exact inverse of parse_index for one entry.
-void append_index_entry(std::vector<std::byte>& out, const tensor_entry& entry, std::uint32_t data_version);
+// Appends one metadata-index entry as stored in a file whose flag bit 1 is `tagged` (then the entry
+// starts with its u32 metadata_version, and a version of 5 stores 8-byte dimensions). The exact
+// inverse of parse_index for one entry.
+void append_index_entry(std::vector<std::byte>& out, const tensor_entry& entry, bool tagged);
 
 class tensor_encryptor {
  public:
@@ -54,7 +57,9 @@ class tensor_writer {
   tensor_writer& operator=(tensor_writer&&) noexcept;
   ~tensor_writer();
 
-  // Appends one tensor. Fails on a conflicting path, a metadata overflow (256 KiB), or I/O.
+  // Appends one tensor. A dimension >= 2^32 makes the file data version 5 with tagged metadata
+  // entries, as tensorizer 2.12 writes it. Fails on a conflicting path, an element count whose
+  // byte size overflows 64 bits, a metadata overflow (256 KiB), or I/O.
   result<void> write(const tensor_write& t);
   // Finishes the file (header, end marker), fsyncs and renames it into place.
   result<void> close();

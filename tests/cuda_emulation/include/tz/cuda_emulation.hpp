@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 namespace tz::cuda::emulation {
 
@@ -44,5 +45,12 @@ struct counters {
 };
 counters snapshot();
 void reset_peaks();
+
+// Emulated kernels (tests/cuda_emulation/secretbox.cpp): `work` runs on `stream` (a cudaStream_t)
+// in stream order, after the operations queued before it and before those queued after; false for
+// an unknown stream. Inside, device_bytes() gives the host backing of device range [p, p + n)
+// (nullptr when it is not inside one allocation).
+bool enqueue_work(void* stream, std::function<void()> work);
+std::byte* device_bytes(const void* device, std::size_t size_bytes);
 
 }  // namespace tz::cuda::emulation

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Python's device path on the CUDA emulation: loads onto cuda:0 through the emulated tensorizer._C
+put, tensor for tensor, the bytes `tensorizer hash` reports for the model, read back from the emulated
+device memory (tests/device_access.h, exported by the emulated module, called through ctypes).
+
+usage: device_emulated.py c|deserializer EMULATED_PACKAGE_DIR PYTHON_SOURCE_DIR TENSORIZER_CLI
+
+  c             _C.Reader.load(device=0) whole, filtered, verified and encrypted, load_one(device=0),
+                and a device that is not there (RuntimeError naming cuda:1).
+  deserializer  TensorDeserializer(device="cuda:0"), eager and lazy, against a host load of the same
+                file. torch here has no CUDA, so the test lends it the emulation's: is_available()
+                says yes, from_dlpack() copies the capsule's device bytes into a CPU tensor, and
+                Tensor.to("cuda:0") keeps that tensor. Exit 77 (skipped) up front without torch.
+
+Temporary files go to a directory of their own, removed at exit.
+"""
+
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print(f"FAIL: {what}", file=sys.stderr)
+
+
+def import_emulated_c(package_dir, source_dir):
+    """tensorizer from the source tree, with its _C taken from package_dir (the emulated build)."""
+    sys.path.insert(0, source_dir)
+    import tensorizer
+
+    tensorizer.__path__.insert(0, package_dir)
+    from tensorizer import _C
+
+    if os.path.dirname(os.path.realpath(_C.__file__)) != os.path.realpath(package_dir):
+        sys.exit(f"imported {_C.__file__}, not the emulated _C of {package_dir}")
+    return _C
+
+
+class Device:
+    """Reads DLPack capsules' device bytes through the emulated module's tz_test_dltensor_read."""
+
+    def __init__(self, c_module):
+        self.lib = ctypes.CDLL(c_module.__file__)  # the module already loaded: the same emulation
+        self.lib.tz_test_device_count.restype = ctypes.c_int
+        self.lib.tz_test_dltensor_read.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+        self.lib.tz_test_dltensor_read.restype = ctypes.c_int
+        self.pointer = ctypes.pythonapi.PyCapsule_GetPointer
+        self.pointer.restype = ctypes.c_void_p
+        self.pointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
+        self.reads = 0
+
+    def read(self, capsule, size_bytes):
+        buf = ctypes.create_string_buffer(max(size_bytes, 1))
+        rc = self.lib.tz_test_dltensor_read(self.pointer(capsule, b"dltensor"), buf, size_bytes)
+        if rc != 0:
+            raise AssertionError(f"reading {size_bytes} device bytes: {rc} (-2: not a CUDA tensor of that size)")
+        self.reads += 1
+        return buf.raw[:size_bytes]
+
+
+def cli(tool, *args):
+    return subprocess.run([tool, *args], check=True, capture_output=True, text=True).stdout
+
+
+def make_models(tool, work):
+    """A synthetic model, its encrypted copy and key, and the model's SHA-256 per tensor name."""
+    plain, enc, key = (os.path.join(work, n) for n in ("model.tensors", "enc.tensors", "key"))
+    cli(tool, "synth", plain, "--size-mib", "12", "--seed", "9")
+    cli(tool, "keygen", key)
+    cli(tool, "copy", "--encrypt-key-file", key, plain, enc)
+    hashes = {t["name"]: t["sha256"] for t in json.loads(cli(tool, "hash", "--json", plain))["tensors"]}
+    with open(key, "rb") as f:
+        return plain, enc, f.read(), hashes
+
+
+def check_device_load(device, reader, loaded, want, expect_indices, label):
+    entries = reader.entries
+    check(loaded.device == 0, f"{label}: on device {loaded.device}")
+    check(sorted(loaded.indices) == sorted(expect_indices), f"{label}: indices {loaded.indices}")
+    bad = []
+    for pos, idx in enumerate(loaded.indices):
+        e = entries[idx]
+        try:
+            got = hashlib.sha256(device.read(loaded.dlpack(pos), e.deserialized_bytes)).hexdigest()
+        except AssertionError as why:
+            got = str(why)
+        if got != want[e.display]:
+            bad.append(e.display)
+    check(not bad, f"{label}: {len(bad)} tensors differ on the device, first {bad[:1]}")
+    if not bad:
+        print(f"{label}: {len(loaded.indices)} tensors read back from the device equal the model's")
+
+
+def run_c(_C, device, tool, work):
+    plain, enc, key, want = make_models(tool, work)
+    check(_C.cuda_device_count() == 1, f"_C sees {_C.cuda_device_count()} devices, the emulation has 1")
+    check(device.lib.tz_test_device_count() == 1, "tz_test_device_count() is not 1")
+    r = _C.Reader(_C.Source.open(plain))
+    n = len(r.entries)
+    check_device_load(device, r, r.load(device=0, verify=True), want, range(n), "whole, verified")
+    check_device_load(device, r, r.load([7, 2, n - 1], device=0), want, [7, 2, n - 1], "filtered")
+    check_device_load(device, r, r.load_one(3, device=0), want, [3], "load_one")
+    try:
+        r.load(device=0).buffer(0)
+        check(False, "buffer() of a device load did not raise")
+    except ValueError:
+        pass
+    try:
+        r.load(device=1)
+        check(False, "a load onto cuda:1 succeeded; the emulation has one device")
+    except Exception as e:  # noqa: BLE001 - _C's own type unless set_error_types mapped it
+        check("cuda:1" in str(e), f"the error of a load onto cuda:1 does not name it: {e}")
+    e = _C.Reader(_C.Source.open(enc))
+    loaded = e.load(device=0, verify=True, decryption=_C.Decryption.from_key(key))
+    check_device_load(device, e, loaded, want, range(n), "encrypted, verified")
+
+
+@contextlib.contextmanager
+def torch_on_the_emulation(torch, device):
+    """Lends CPU torch the emulated device, for TensorDeserializer's device path (see the usage)."""
+    saved = torch.cuda.is_available, torch.from_dlpack, torch.Tensor.to
+
+    def from_dlpack(capsule):
+        managed = device.pointer(capsule, b"dltensor")
+        # DLTensor: data, device (2 x int32), ndim (int32), dtype (uint8, uint8, uint16), shape* ...
+        ndim = ctypes.c_int32.from_address(managed + 16).value
+        shape = ctypes.cast(ctypes.c_void_p.from_address(managed + 24).value, ctypes.POINTER(ctypes.c_int64))
+        size = 1
+        for d in range(ndim):
+            size *= shape[d]
+        return torch.frombuffer(bytearray(device.read(capsule, size)), dtype=torch.uint8)
+
+    def to(self, *args, **kwargs):
+        target = kwargs.get("device", args[0] if args else None)
+        if target is not None and torch.device(target).type == "cuda" and len(args) + len(kwargs) == 1:
+            return self  # the tensor stands for one on the emulated device
+        return saved[2](self, *args, **kwargs)
+
+    torch.cuda.is_available, torch.from_dlpack, torch.Tensor.to = (lambda: True), from_dlpack, to
+    try:
+        yield
+    finally:
+        torch.cuda.is_available, torch.from_dlpack, torch.Tensor.to = saved
+
+
+def run_deserializer(_C, device, tool, work):
+    import torch
+    from tensorizer import TensorDeserializer
+
+    plain, _, _, want = make_models(tool, work)
+    with TensorDeserializer(plain, device="cpu") as host:
+        expected = {k: v.detach().clone() for k, v in host.items()}
+    for lazy in (False, True):
+        label = f"TensorDeserializer(device='cuda:0', lazy_load={lazy})"
+        before = device.reads
+        with torch_on_the_emulation(torch, device):
+            with TensorDeserializer(plain, device="cuda:0", lazy_load=lazy, verify_hash=True) as d:
+                got = {k: v.detach().clone() for k, v in d.items()}
+        check(device.reads - before == len(expected), f"{label}: {device.reads - before} tensors came from the device")
+        check(sorted(got) == sorted(expected), f"{label}: names differ from a host load's")
+        bad = [k for k in expected if k in got and (got[k].dtype != expected[k].dtype or got[k].shape != expected[k].shape
+               or hashlib.sha256(got[k].contiguous().view(torch.uint8).numpy().tobytes()).hexdigest() != want[k])]
+        check(not bad, f"{label}: {len(bad)} tensors differ from the model, first {bad[:1]}")
+        if not bad:
+            print(f"{label}: {len(got)} tensors from the device equal the model's and a host load's dtypes and shapes")
+
+
+def main():
+    if len(sys.argv) != 5 or sys.argv[1] not in ("c", "deserializer"):
+        sys.exit(__doc__)
+    mode, package_dir, source_dir, tool = sys.argv[1:]
+    if mode == "deserializer":
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            print("torch is not importable: skipped (exit 77)")
+            return 77
+    _C = import_emulated_c(package_dir, source_dir)
+    device = Device(_C)
+    with tempfile.TemporaryDirectory(prefix="tz-python-device-") as work:
+        (run_c if mode == "c" else run_deserializer)(_C, device, tool, work)
+    if failures:
+        print(f"{len(failures)} check(s) failed", file=sys.stderr)
+        return 1
+    print(f"device_emulated.py {mode}: all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
