@@ -58,9 +58,9 @@ class extent_sink final : public sink {
     }
   }
 
-  result<void> deliver(const load_range& r, landing& where) override {
+  result<void> deliver(const load_range&, landing& where, std::int64_t index) override {
     if (targets.empty()) return {};
-    for (const auto& [at, dst] : targets[static_cast<std::size_t>(&r - p_.plan.ranges.data())].copy_out)
+    for (const auto& [at, dst] : targets[static_cast<std::size_t>(index)].copy_out)
       std::memcpy(dst.data(), where.whole.data() + at, dst.size());
     return {};
   }

@@ -5,12 +5,11 @@
 #include "tz/format/encryption.hpp"
 #include "tz/format/writer.hpp"
 
+#include "temp_dir.hpp"
+
 #include <doctest/doctest.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdio>
 #include <fstream>
 
 namespace {
@@ -29,7 +28,8 @@ std::byte pattern(std::size_t tensor, std::size_t k) { return static_cast<std::b
 // `enc` when given.
 std::vector<std::byte> make_file(const std::vector<std::vector<std::uint64_t>>& shapes,
                                  tz::format::tensorizer_encryptor* enc = nullptr) {
-  const std::string path = std::string(TZ_BINARY_DIR) + "/partial_load_test_" + std::to_string(::getpid());
+  const tz_test::temp_dir dir("tz-partial-load-test");
+  const std::string path = dir.file("model.tensors");
   auto w = enc ? tz::format::tensor_writer::create(path, {enc}).value() : tz::format::tensor_writer::create(path).value();
   auto u8 = tz::format::dtype_from_torch("torch.uint8").value();
   for (std::size_t i = 0; i < shapes.size(); ++i) {
@@ -45,9 +45,7 @@ std::vector<std::byte> make_file(const std::vector<std::vector<std::uint64_t>>& 
     REQUIRE(w.write(t).has_value());
   }
   REQUIRE(w.close().has_value());
-  auto bytes = slurp(path);
-  std::remove(path.c_str());
-  return bytes;
+  return slurp(path);
 }
 
 // Loads rank r's parts of `plan` into a flat buffer at their flat offsets; returns bytes read.
