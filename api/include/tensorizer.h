@@ -205,6 +205,39 @@ tz_status tz_device_tensors_timings(const tz_device_tensors* loaded, tz_timings*
 /* Frees the device memory (NULL is fine). */
 void tz_device_tensors_free(tz_device_tensors* loaded);
 
+/* ---- Partial loads: partitioned and tensor-parallel (docs/distributed.md) --------------------
+ * The library reads a rank's share or slice; moving bytes between ranks is the caller's collective
+ * (NCCL, gloo, MPI). Arrays follow one convention: with `capacity` too small, only *count is
+ * written and TZ_ERR_INVALID_ARGUMENT returned, so a call with capacity 0 asks for the size. */
+
+/* Bytes [begin_bytes, begin_bytes + length_bytes) of tensor `index`'s data (index: its position). */
+typedef struct tz_tensor_part {
+  size_t index;
+  uint64_t begin_bytes;
+  uint64_t length_bytes;
+} tz_tensor_part;
+
+/* [*begin, *end) along a dimension of `size` of part k of `parts`, as torch.chunk(x, parts)[k]. */
+void tz_chunk_bounds(uint64_t size, uint64_t parts, uint64_t k, uint64_t* begin, uint64_t* end);
+/* Rank `rank`'s share when the model's data (every tensor back to back in index order: the flat
+ * model of *total bytes) is cut into `world` shares balanced by bytes, inside tensors on 4 KiB
+ * multiples (2 MiB cipher chunks when encrypted) or, with `whole_tensors`, between tensors only.
+ * Writes its parts, each part's place in the flat model (flat_offsets, may be NULL), and the share
+ * [*begin, *end) of the flat model (begin, end, total may be NULL). Pure: no I/O. */
+tz_status tz_model_plan_partition(const tz_model* model, unsigned world, unsigned rank, int whole_tensors,
+                                  tz_tensor_part* parts, uint64_t* flat_offsets, size_t capacity, size_t* count,
+                                  uint64_t* begin, uint64_t* end, uint64_t* total);
+/* The stretches holding elements [start, stop) along dimension `dim` of tensor `index`, and where
+ * each lands in the dense slice (out_offsets, may be NULL). Pure. */
+tz_status tz_model_plan_slice(const tz_model* model, size_t index, unsigned dim, uint64_t start, uint64_t stop,
+                              tz_tensor_part* parts, uint64_t* out_offsets, size_t capacity, size_t* count);
+/* Reads parts[i] into buffers[i] (exactly parts[i].length_bytes, valid until the call returns).
+ * Whole tensors are checked as tz_model_load_into does; parts of tensors are read alone (encrypted:
+ * the whole cipher chunks around them, decrypted). *read_bytes: bytes read from the source (may be
+ * NULL). Fails as tz_model_load_into, plus TZ_ERR_UNSUPPORTED with verify and a partial part. */
+tz_status tz_model_load_parts(const tz_model* model, const tz_tensor_part* parts, void* const* buffers, size_t count,
+                              uint64_t* read_bytes, tz_timings* timings);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,6 @@
 // tensorizer._C: the module definition, error translation, the shared scheduler and remote options.
 #include "common.hpp"
+#include "partial.hpp"
 
 #include "tz/cuda/cuda.hpp"
 #include "tz/engine/device_context.hpp"
@@ -162,6 +163,7 @@ PYBIND11_MODULE(_C, m) {
   py::register_source(m);
   py::register_reader(m);
   py::register_writer(m);
+  py::register_partial(m);
   // Drop the registered exception classes before the interpreter finalizes.
   auto atexit = pybind11::module_::import("atexit");
   atexit.attr("register")(pybind11::cpp_function([] {

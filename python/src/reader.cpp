@@ -1,5 +1,6 @@
 // _C.Reader, _C.Loaded and _C.Block: an opened file, one load's memory, zero-copy views of it.
 #include "keys.hpp"
+#include "partial.hpp"
 #include "source.hpp"
 
 #include "tz/sources/checkpoint.hpp"
@@ -197,6 +198,11 @@ std::shared_ptr<loaded_handle> load(reader_handle& r, std::optional<std::vector<
 }
 
 }  // namespace
+
+std::pair<std::shared_ptr<scheduler>, const loader*> reader_loader(pyb::handle reader) {
+  auto& r = open_reader(reader.cast<reader_handle&>());
+  return {r.sched, &*r.opened};
+}
 
 void register_reader(pyb::module_& m) {
   // Entries are plain named tuples-like objects: a SimpleNamespace keeps them cheap and readable.

@@ -776,6 +776,17 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
             ≥ 1; capped at the tensor count. Works on every kind of source.
         verify_hash: check every tensor's CRC32 / SHA-256; ``HashMismatchError`` otherwise.
         encryption: a ``DecryptionParams`` for encrypted files.
+        process_group: a ``torch.distributed`` process group (beyond 2.11.1): every rank of it
+            constructs a deserializer of the same file together; each reads a share of the data
+            balanced by bytes and the shares fan out over the group's collectives, so every rank
+            holds every tensor (``tensorizer.distributed``). A failure on any rank raises
+            ``tensorizer.distributed.DistributedLoadError`` on every rank, naming the rank and
+            cause. Needs an eager load. ``distributed_stats`` then holds the bytes and seconds.
+        slices: ``{pattern: Slice | dim}`` (beyond 2.11.1): tensors whose name matches a pattern
+            (``fnmatch`` for a str, ``search`` for a compiled regex) are read only in part, this
+            rank's ``torch.chunk`` part along the dimension (``tensorizer.distributed.Slice``;
+            rank and parts come from ``process_group`` unless given) and are not fanned out. A
+            partial slice cannot be verified: with ``verify_hash`` it raises ``UnsupportedError``.
 
     Returned tensors are ``torch.nn.Parameter`` objects, with ``requires_grad`` for floating
     and complex dtypes. On the CPU they share memory with the engine's load buffer (no copy).
@@ -797,6 +808,8 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         num_readers: Optional[int] = None,
         verify_hash: bool = False,
         encryption: Optional[DecryptionParams] = None,
+        process_group=None,
+        slices=None,
     ):
         self._reader = None
         self._opened: Optional[_OpenedSource] = None
@@ -807,14 +820,29 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         self._timings: Dict[str, float] = {}
         self._header_source = None
         self._init_failed = False
+        self._process_group = process_group
+        self._slices = dict(slices) if slices else {}
+        self._status_exchanged = False
+        self.distributed_stats: Dict[str, float] = {}
         try:
+            if (process_group is not None or self._slices) and lazy_load:
+                raise ValueError("process_group and slices need an eager load (lazy_load=False)")
             self._init(
                 file_obj, device, filter_func, dtype, lazy_load, num_readers, verify_hash,
                 encryption,
             )
-        except BaseException:
+        except BaseException as e:
             self._init_failed = True
             self.close()
+            if process_group is not None and not self._status_exchanged and isinstance(e, Exception):
+                # The other ranks wait in the status exchange: tell them why this one failed.
+                from . import distributed
+
+                distributed.report_failure(process_group, e)
+                rank = torch.distributed.get_rank(process_group)
+                raise distributed.DistributedLoadError(
+                    f"rank {rank} failed to load: {type(e).__name__}: {e}", rank=rank, cause=str(e)
+                ) from e
             raise
 
     def _init(
@@ -1015,6 +1043,9 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
             # A failure there recurs, reported, in the load itself.
             self._preparing.join()
             self._preparing = None
+        if self._process_group is not None or self._slices:
+            self._load_distributed(todo, verify, target)
+            return
         kwargs = {"verify": bool(verify), "decryption": self._decryption}
         if dev >= 0:
             kwargs["device"] = dev
@@ -1079,6 +1110,56 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
                     f"Tensor '{name}' failed SHA256 verification."
                     f" Expected {bytes(expected.hash).hex()}, got {stored.hex()}."
                 )
+
+    def _load_distributed(self, todo: Sequence[int], verify: bool, target: torch.device) -> None:
+        """The eager load with a process group or slices (tensorizer.distributed): slices read
+        in part on this rank, the rest partitioned over the group and fanned out (or, without a
+        group, loaded as usual)."""
+        from . import distributed
+
+        reader = self._require_open()
+        group = self._process_group
+        rank = world = None
+        if group is not None:
+            rank = torch.distributed.get_rank(group)
+            world = torch.distributed.get_world_size(group)
+        names = {i: self._entries[i].display for i in todo}
+        sliced = distributed.match_slices(names, self._slices)
+        rest = [i for i in todo if i not in sliced]
+        common = {"verify": bool(verify), "decryption": self._decryption, "readers": self._num_readers or 0}
+        error, got, stats = None, {}, {}
+        try:
+            if sliced:
+                got, sstats = distributed.load_slices(reader, sliced, rank=rank, world=world, device=target, **common)
+                stats.update({"slice_" + k: v for k, v in sstats.items()})
+        except Exception as e:
+            if group is None:
+                raise
+            error = f"{type(e).__name__}: {e}"
+        if group is not None:
+            self._status_exchanged = True
+            flat, pstats = distributed.load_partitioned(
+                reader, rest, process_group=group, device=target, prior_error=error, **common
+            )
+            stats.update(pstats)
+        else:
+            flat = {}
+            if rest:
+                saved, self._slices = self._slices, {}
+                try:
+                    self._load(rest, verify)
+                finally:
+                    self._slices = saved
+        self.distributed_stats = stats
+        self._bytes_read += int(stats.get("read_bytes", 0)) + int(stats.get("slice_read_bytes", 0))
+        entries = self._entries
+        for i in rest if group is not None else []:
+            entry = entries[i]
+            t = distributed.typed(flat[i], _entry_torch_dtype(entry), entry.shape)
+            self._cache[i] = self._to_parameter(t, target)
+        for i, (buf, shape) in got.items():
+            t = distributed.typed(buf, _entry_torch_dtype(entries[i]), shape)
+            self._cache[i] = self._to_parameter(t, target)
 
     def _note_timings(self, loaded) -> None:
         _record_perf_stats(loaded)

@@ -242,6 +242,43 @@ struct destination {
   std::span<std::byte> bytes;
 };
 
+// Partial loads, for partitioned and tensor-parallel loads (docs/distributed.md): a stretch of one
+// tensor's data, bytes [begin_bytes, begin_bytes + length_bytes) of tensor `index` (its position in
+// model::tensors()). The library reads; moving bytes between ranks is the caller's collective.
+struct tensor_part {
+  std::size_t index = 0;
+  std::uint64_t begin_bytes = 0;
+  std::uint64_t length_bytes = 0;
+};
+
+// Caller memory for load_parts: the part lands in `bytes`, exactly length_bytes long.
+struct part_destination {
+  tensor_part part;
+  std::span<std::byte> bytes;
+};
+
+// A model's data cut into `world` shares balanced by bytes: the tensors' data back to back in
+// index order (the "flat" model); rank r owns flat bytes [begin[r], begin[r + 1]) as parts[r].
+struct partition {
+  std::vector<std::uint64_t> begin;             // world + 1 entries; begin[world] = total
+  std::vector<std::vector<tensor_part>> parts;  // per rank, in flat order
+  std::vector<std::uint64_t> flat_offset;       // per tensor (index order)
+};
+
+// One stretch of a slice: `part`, landing at out_offset_bytes of the dense slice.
+struct slice_part {
+  tensor_part part;
+  std::uint64_t out_offset_bytes = 0;
+};
+
+struct part_load_result {
+  load_timings timings;
+  std::uint64_t read_bytes = 0;  // bytes read from the source (headers, whole cipher chunks included)
+};
+
+// [begin, end) along a dimension of `size` of part k of n, as torch.chunk(x, n)[k] cuts it.
+std::pair<std::uint64_t, std::uint64_t> chunk_bounds(std::uint64_t size, std::uint64_t parts, std::uint64_t k) noexcept;
+
 // An opened model: its index (read and validated at open) and its source. Cheap to keep; copies
 // share the same open source. Loads block the calling thread, which must not be one of the
 // library's own workers (so: not from inside on_progress).
@@ -290,6 +327,21 @@ class model {
   // Succeeds when all match; fails with the first mismatch (errc::hash_mismatch naming the tensor
   // and both hashes) or load()'s errors. Safetensors stores no hashes: only the reads are checked.
   result<load_timings> verify(const std::vector<std::string>& names = {}) const;
+
+  // Cuts every tensor's data into `world` shares balanced by bytes (pure: no I/O). Cuts fall inside
+  // tensors on 4 KiB multiples (2 MiB cipher chunks for encrypted models), or between tensors with
+  // `whole_tensors` (then each tensor's stored hash can be checked by the rank that reads it).
+  result<partition> plan_partition(unsigned world, bool whole_tensors = false) const;
+  // The stretches holding elements [start, stop) along dimension `dim` of tensor `index`: one for
+  // dimension 0, one per outer row otherwise (merged when adjacent). Pure. errc::invalid_argument
+  // for a bad index, dimension or bounds.
+  result<std::vector<slice_part>> plan_slice(std::size_t index, unsigned dim, std::uint64_t start,
+                                             std::uint64_t stop) const;
+  // Reads each part into its caller memory (valid until the call returns): whole tensors as
+  // load_into does; parts of tensors alone (encrypted ones as the whole cipher chunks around them,
+  // decrypted). Fails as load_into, plus errc::unsupported with options::verify and a part that is
+  // not a whole tensor (a stored hash covers the whole tensor).
+  result<part_load_result> load_parts(const std::vector<part_destination>& dst) const;
 
   struct impl;
 

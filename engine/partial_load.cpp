@@ -1,0 +1,289 @@
+// Partial loads (partial_load.hpp): whole tensors through the usual plan, parts of tensors through
+// a plan of their own (plain stretches coalesced, encrypted ones widened to whole cipher chunks),
+// both run by the one pipeline with a sink that lands bytes in the caller's spans.
+#include "pipeline.hpp"
+
+#include "tz/engine/partial_load.hpp"
+#include "tz/format/encryption.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace tz {
+
+namespace {
+
+constexpr std::size_t max_pieces_per_range = 256;  // well under IOV_MAX for one readv
+
+// Where one range's pieces land: per piece the caller's bytes (null: a header or gap, into the side
+// buffer), or, for a staged range (encrypted parts), the range in the side buffer and the copies out.
+struct range_target {
+  std::vector<std::byte*> piece_dst;
+  bool staged = false;
+  std::vector<std::pair<std::uint64_t, std::span<std::byte>>> copy_out;  // (offset in the range, destination)
+};
+
+class extent_sink final : public sink {
+ public:
+  explicit extent_sink(const pipeline& p) : p_(p) {}
+  // Whole tensors: data piece of selected tensor t lands in whole[t] at its offset in the tensor.
+  std::vector<std::span<std::byte>> whole;
+  // Parts: per plan range.
+  std::vector<range_target> targets;
+
+  task<result<lease>> reserve() override { co_return lease{}; }
+
+  void place(const load_range& r, landing& where) override {
+    where.pieces.clear();
+    where.whole = {};
+    const range_target* t = targets.empty() ? nullptr : &targets[static_cast<std::size_t>(&r - p_.plan.ranges.data())];
+    if (t != nullptr && t->staged) {
+      where.side.resize(r.length_bytes);
+      where.whole = where.side;
+      where.pieces.push_back(where.whole);
+      return;
+    }
+    std::uint64_t side = 0;
+    for (std::size_t k = 0; k < r.pieces.size(); ++k) side += destination(r, k, t) ? 0 : r.pieces[k].length_bytes;
+    where.side.resize(side);
+    side = 0;
+    for (std::size_t k = 0; k < r.pieces.size(); ++k) {
+      const plan_piece& piece = r.pieces[k];
+      if (std::byte* d = destination(r, k, t)) {
+        where.pieces.emplace_back(d, piece.length_bytes);
+      } else {
+        where.pieces.push_back(std::span<std::byte>(where.side).subspan(side, piece.length_bytes));
+        side += piece.length_bytes;
+      }
+    }
+  }
+
+  result<void> deliver(const load_range&, landing& where, std::int64_t index) override {
+    if (targets.empty()) return {};
+    for (const auto& [at, dst] : targets[static_cast<std::size_t>(index)].copy_out)
+      std::memcpy(dst.data(), where.whole.data() + at, dst.size());
+    return {};
+  }
+  task<void> drain() override { co_return; }
+
+ private:
+  std::byte* destination(const load_range& r, std::size_t k, const range_target* t) const {
+    const plan_piece& piece = r.pieces[k];
+    if (t != nullptr) return t->piece_dst[k];
+    if (piece.what != plan_piece::kind::data) return nullptr;
+    return whole[piece.tensor].data() + (piece.offset_bytes - p_.selected[piece.tensor]->data_offset);
+  }
+  const pipeline& p_;
+};
+
+std::uint64_t default_range_bytes(std::uint64_t bytes, unsigned readers) {
+  return std::clamp<std::uint64_t>(bytes / (std::uint64_t{readers} * 4) / (64 << 10) * (64 << 10), 1 << 20, 16 << 20);
+}
+
+result<void> begin_pipeline(const loader& l, pipeline& p, const extent_options& o) {
+  p.index = &l.index();
+  p.source = l.shared_source().get();
+  p.options = &o;
+  p.with_headers = l.kind() == file_kind::tensorizer;
+  p.encrypted = p.with_headers && p.index->header.has_crypt_info();
+  if (p.with_headers) TZ_CHECK(format::check_decryption_mode(p.index->header, o.decryption.has_value(), p.source->name()));
+  return {};
+}
+
+void add_timings(load_timings& sum, const pipeline& p, double prepare_s, double transfer_s) {
+  sum.prepare_s += prepare_s;
+  sum.transfer_s += transfer_s;
+  sum.total_s += prepare_s + transfer_s;
+  sum.read_s += seconds_of(p.counters.read_ns);
+  sum.verify_s += seconds_of(p.counters.verify_ns);
+  sum.decrypt_s += seconds_of(p.counters.decrypt_ns);
+}
+
+// Whole tensors: the usual plan (split tensors, header checks, verification), landing in the spans.
+task<result<void>> load_whole(scheduler& sched, const loader& l, std::vector<tensor_extent> whole,
+                              const extent_options& o, extent_load_result& out) {
+  const auto t0 = pipeline_clock::now();
+  std::sort(whole.begin(), whole.end(), [](const auto& a, const auto& b) { return a.part.index < b.part.index; });
+  std::vector<std::size_t> which;
+  for (const auto& x : whole) which.push_back(x.part.index);
+  pipeline p;
+  TZ_CO_CHECK(begin_pipeline(l, p, o));
+  TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
+  p.selected = std::move(selected);
+  plan_options popts;
+  popts.range_bytes = o.range_bytes ? o.range_bytes : default_range_bytes(stored_bytes(p), o.readers);
+  TZ_CO_CHECK(co_await prepare_plan(sched, p, popts, o.readers));
+  extent_sink to(p);
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    if (p.selected[i]->is_meta()) std::memset(whole[i].bytes.data(), 0, whole[i].bytes.size());
+    to.whole.push_back(whole[i].bytes);
+  }
+  p.out = &to;
+  const double prepare_s = seconds_of(nanoseconds_since(t0));
+  const auto t1 = pipeline_clock::now();
+  TZ_CO_CHECK(co_await run_pipeline(sched, p, o.readers));
+  add_timings(out.timings, p, prepare_s, seconds_of(nanoseconds_since(t1)));
+  out.read_bytes += p.plan.read_bytes;
+  co_return result<void>{};
+}
+
+// The ranges of plain parts of selected tensor t (sorted by offset): each part cut to range_bytes,
+// then neighbours closer than gap_merge_bytes read as one (the bytes between into the side buffer).
+void plan_plain_parts(pipeline& p, std::uint32_t t, const std::vector<tensor_extent>& parts, const extent_options& o,
+                      std::uint64_t range_bytes, std::vector<range_target>& targets) {
+  const auto& e = *p.selected[t];
+  load_range* cur = nullptr;
+  for (const auto& x : parts) {
+    for (std::uint64_t done = 0; done < x.part.length_bytes;) {
+      const std::uint64_t n = std::min(range_bytes, x.part.length_bytes - done);
+      const std::uint64_t at = e.data_offset + x.part.data_begin_bytes + done;
+      std::byte* dst = x.bytes.data() + done;
+      const bool joins = cur != nullptr && at >= cur->offset_bytes + cur->length_bytes &&
+                         at - (cur->offset_bytes + cur->length_bytes) <= o.gap_merge_bytes &&
+                         at + n - cur->offset_bytes <= range_bytes && cur->pieces.size() + 2 <= max_pieces_per_range;
+      if (!joins) {
+        p.plan.ranges.push_back({at, 0, {}, t, static_cast<std::uint32_t>(p.plan.ranges.size())});
+        targets.emplace_back();
+        cur = &p.plan.ranges.back();
+      }
+      range_target& target = targets.back();
+      const std::uint64_t end = cur->offset_bytes + cur->length_bytes;
+      if (at > end) {
+        cur->pieces.push_back({plan_piece::kind::gap, t, end, at - end, 0});
+        target.piece_dst.push_back(nullptr);
+      }
+      cur->pieces.push_back({plan_piece::kind::data, t, at, n, at - e.data_offset});
+      target.piece_dst.push_back(dst);
+      cur->length_bytes = at + n - cur->offset_bytes;
+      done += n;
+    }
+  }
+}
+
+// The ranges of encrypted parts of selected tensor t: each part widened to the whole cipher chunks
+// holding it, overlapping widenings merged, cut at chunk multiples; each range is staged, decrypted
+// by the pipeline's checks, and its parts copied out.
+void plan_cipher_parts(pipeline& p, std::uint32_t t, const std::vector<tensor_extent>& parts, std::uint64_t chunk,
+                       std::uint64_t range_bytes, std::vector<range_target>& targets) {
+  const auto& e = *p.selected[t];
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs;  // data [begin, end), chunk-aligned
+  for (const auto& x : parts) {
+    const std::uint64_t a = x.part.data_begin_bytes / chunk * chunk;
+    const std::uint64_t b = std::min(e.data_length, (x.part.data_begin_bytes + x.part.length_bytes - 1) / chunk * chunk + chunk);
+    if (!runs.empty() && a <= runs.back().second) runs.back().second = std::max(runs.back().second, b);
+    else runs.emplace_back(a, b);
+  }
+  const std::uint64_t step = std::max(chunk, range_bytes / chunk * chunk);
+  for (const auto& [a, b] : runs) {
+    for (std::uint64_t ra = a; ra < b; ra += step) {
+      const std::uint64_t rb = std::min(b, ra + step);
+      load_range r{e.data_offset + ra, rb - ra, {}, t, static_cast<std::uint32_t>(p.plan.ranges.size())};
+      r.pieces.push_back({plan_piece::kind::data, t, r.offset_bytes, r.length_bytes, ra});
+      range_target target;
+      target.staged = true;
+      target.piece_dst.push_back(nullptr);
+      for (const auto& x : parts) {
+        const std::uint64_t xa = x.part.data_begin_bytes, xb = xa + x.part.length_bytes;
+        const std::uint64_t lo = std::max(xa, ra), hi = std::min(xb, rb);
+        if (lo < hi) target.copy_out.emplace_back(lo - ra, x.bytes.subspan(lo - xa, hi - lo));
+      }
+      p.plan.ranges.push_back(std::move(r));
+      targets.push_back(std::move(target));
+    }
+  }
+}
+
+// Parts of tensors: their headers (keys, chunk sizes) first, then a plan of their own.
+task<result<void>> load_parts(scheduler& sched, const loader& l, std::vector<tensor_extent> parts,
+                              const extent_options& o, extent_load_result& out) {
+  const auto t0 = pipeline_clock::now();
+  std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.part.index, a.part.data_begin_bytes) < std::pair(b.part.index, b.part.data_begin_bytes);
+  });
+  std::vector<std::size_t> which;
+  for (const auto& x : parts)
+    if (which.empty() || which.back() != x.part.index) which.push_back(x.part.index);
+  pipeline p;
+  TZ_CO_CHECK(begin_pipeline(l, p, o));
+  TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
+  p.selected = std::move(selected);
+  if (p.with_headers) TZ_CO_CHECK(co_await read_headers(sched, p, o.readers));
+  const std::uint64_t range_bytes = o.range_bytes ? o.range_bytes : default_range_bytes(stored_bytes(p), o.readers);
+  extent_sink to(p);
+  p.splits.resize(p.selected.size());
+  auto next = parts.begin();
+  for (std::uint32_t t = 0; t < p.selected.size(); ++t) {
+    const std::size_t index = static_cast<std::size_t>(p.selected[t] - p.index->tensors.data());
+    std::vector<tensor_extent> mine;
+    for (; next != parts.end() && next->part.index == index; ++next) mine.push_back(*next);
+    auto& s = *(p.splits[t] = std::make_unique<split_state>());
+    if (p.with_headers) s.header = p.headers[t];
+    if (p.selected[t]->is_meta()) {
+      for (const auto& x : mine) std::memset(x.bytes.data(), 0, x.bytes.size());
+      continue;
+    }
+    if (p.encrypted) {
+      TZ_CO_TRY(key, o.decryption->key_for(s.header, p.source->name()));
+      s.key = std::move(key);
+      plan_cipher_parts(p, t, mine, format::cipher_chunk_bytes(s.header), range_bytes, to.targets);
+    } else {
+      plan_plain_parts(p, t, mine, o, range_bytes, to.targets);
+    }
+  }
+  for (const auto& r : p.plan.ranges) p.plan.read_bytes += r.length_bytes;
+  p.out = &to;
+  const double prepare_s = seconds_of(nanoseconds_since(t0));
+  const auto t1 = pipeline_clock::now();
+  TZ_CO_CHECK(co_await run_pipeline(sched, p, o.readers));
+  add_timings(out.timings, p, prepare_s, seconds_of(nanoseconds_since(t1)));
+  out.read_bytes += p.plan.read_bytes;
+  co_return result<void>{};
+}
+
+}  // namespace
+
+task<result<extent_load_result>> async_load_extents(scheduler& sched, const loader& l, std::vector<tensor_extent> extents,
+                                                    extent_options o) {
+  const auto& index = l.index();
+  const std::string& name = l.source().name();
+  if (o.readers == 0) o.readers = 2 * sched.thread_count();
+  std::vector<tensor_extent> whole, parts;
+  extent_load_result out;
+  out.timings.open_s = l.open_seconds();
+  for (const auto& x : extents) {
+    if (x.part.index >= index.tensors.size())
+      co_return make_error(errc::invalid_argument, name + ": tensor index " + std::to_string(x.part.index) + " out of range");
+    const auto& e = index.tensors[x.part.index];
+    const std::uint64_t end = x.part.data_begin_bytes + x.part.length_bytes;
+    if (end < x.part.data_begin_bytes || end > e.deserialized_bytes || x.bytes.size() != x.part.length_bytes) {
+      co_return make_error(errc::invalid_argument,
+                           name + ": tensor " + e.name + ": part [" + std::to_string(x.part.data_begin_bytes) + ", " +
+                               std::to_string(end) + ") of its " + std::to_string(e.deserialized_bytes) +
+                               " bytes into a destination of " + std::to_string(x.bytes.size()) + " bytes");
+    }
+    if (x.part.length_bytes == 0) continue;
+    out.data_bytes += x.part.length_bytes;
+    if (x.part.whole(e)) {
+      whole.push_back(x);
+      continue;
+    }
+    if (o.verify) {
+      co_return make_error(errc::unsupported,
+                           name + ": tensor " + e.name + ": cannot verify a partial read (bytes [" +
+                               std::to_string(x.part.data_begin_bytes) + ", " + std::to_string(end) + ") of " +
+                               std::to_string(e.deserialized_bytes) +
+                               "): its stored hash covers the whole tensor; read it whole, or load without verify");
+    }
+    parts.push_back(x);
+  }
+  if (!whole.empty()) TZ_CO_CHECK(co_await load_whole(sched, l, std::move(whole), o, out));
+  if (!parts.empty()) TZ_CO_CHECK(co_await load_parts(sched, l, std::move(parts), o, out));
+  co_return out;
+}
+
+result<extent_load_result> load_extents(scheduler& sched, const loader& l, std::vector<tensor_extent> extents,
+                                        extent_options options) {
+  return run(sched, async_load_extents(sched, l, std::move(extents), std::move(options)));
+}
+
+}  // namespace tz
