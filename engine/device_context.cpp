@@ -5,39 +5,48 @@
 #include "tz/engine/host_memory.hpp"
 
 #include <map>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace tz {
 
 namespace {
 
-// The ring's memory: anonymous memory backed by transparent huge pages, faulted in, then pinned
-// in place (cudaHostRegister). Pinning is a first load's largest fixed cost: on an H100 host
-// cudaHostAlloc took about 40 ms for a 64 MiB ring (gpu_load_bench, "fresh ctx"), while
-// registering an already populated 2 GiB mapping took 39 ms (../shared/DEVICE.md), so the cost is
-// in faulting and zeroing 4 KiB pages, which huge pages cut 512-fold. gpu_load_bench times both.
+// The ring's memory: anonymous memory backed by transparent huge pages, each slot faulted in and
+// pinned in place (cudaHostRegister) by the ring as it readies that slot. Pinning is a first
+// load's largest fixed cost: on an H100 host cudaHostAlloc took about 40 ms for a 64 MiB ring
+// (gpu_load_bench, "fresh ctx"), while registering an already populated 2 GiB mapping took 39 ms
+// (../shared/DEVICE.md), so the cost is in faulting and zeroing 4 KiB pages, which huge pages cut
+// 512-fold; the 16 ms that was left for 64 MiB (46 ms for a verified load's 256 MiB) is now paid
+// slot by slot beside the load, which starts once the first slot is pinned. gpu_load_bench times it.
 class pinned_allocator final : public buffer_allocator {
  public:
   std::byte* allocate(std::size_t size_bytes) override {
     memory_ = host_buffer(size_bytes, /*huge_pages=*/true);
-    prefault(memory_.bytes());
-    auto b = cuda::register_pinned(memory_.bytes());
-    if (!b) {
-      memory_ = host_buffer();
-      throw exception(b.error());
-    }
-    pinned_ = std::move(*b);
     return memory_.data();
   }
   void deallocate(std::byte*, std::size_t) noexcept override {
-    pinned_ = cuda::pinned_buffer();  // unregisters before the memory goes
+    {
+      std::lock_guard lock(mutex_);
+      pinned_.clear();  // unregisters before the memory goes
+    }
     memory_ = host_buffer();
+  }
+  bool readies_slots() const noexcept override { return true; }
+  void ready_slot(std::span<std::byte> slot) override {
+    prefault(slot);
+    auto b = cuda::register_pinned(slot);
+    if (!b) throw exception(b.error());
+    std::lock_guard lock(mutex_);
+    pinned_.push_back(std::move(*b));
   }
 
  private:
   host_buffer memory_;
-  cuda::pinned_buffer pinned_;
+  std::mutex mutex_;  // ready_slot() runs on the ring's thread
+  std::vector<cuda::pinned_buffer> pinned_;
 };
 
 result<void> check_ring(std::size_t slot_count, std::size_t slot_bytes) {

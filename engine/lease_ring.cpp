@@ -63,10 +63,38 @@ lease_ring::lease_ring(std::size_t slot_count, std::size_t slot_bytes,
   assert(slot_count_ > 0 && slot_bytes_ > 0);
   memory_ = allocator_->allocate(slot_count_ * slot_bytes_);
   free_.reserve(slot_count_);
-  for (std::size_t i = slot_count_; i-- > 0;) free_.push_back(i);
+  if (!allocator_->readies_slots()) {
+    for (std::size_t i = slot_count_; i-- > 0;) free_.push_back(i);
+    return;
+  }
+  try {
+    allocator_->ready_slot({memory_, slot_bytes_});
+  } catch (...) {
+    allocator_->deallocate(memory_, slot_count_ * slot_bytes_);
+    throw;
+  }
+  free_.push_back(0);
+  if (slot_count_ > 1) readier_ = std::thread([this] { ready_the_rest(); });
+}
+
+// Slots 1.. in order, each handed out (to a waiter, if any) as soon as it is ready. When the ring
+// goes away first, the rest are returned unreadied, so the count of free slots stays whole.
+void lease_ring::ready_the_rest() noexcept {
+  for (std::size_t i = 1; i < slot_count_; ++i) {
+    if (!stopping_.load(std::memory_order_relaxed)) {
+      try {
+        allocator_->ready_slot({memory_ + i * slot_bytes_, slot_bytes_});
+      } catch (...) {
+        // Handed out as it is (see buffer_allocator::ready_slot).
+      }
+    }
+    release(i);
+  }
 }
 
 lease_ring::~lease_ring() {
+  stopping_.store(true, std::memory_order_relaxed);
+  if (readier_.joinable()) readier_.join();
   assert(free_.size() == slot_count_ && "a lease outlived its ring");
   assert(waiters_.empty() && "an acquire() is still waiting");
   allocator_->deallocate(memory_, slot_count_ * slot_bytes_);

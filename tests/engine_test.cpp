@@ -21,6 +21,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <set>
+#include <span>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -174,6 +177,85 @@ TEST_CASE("a cancelled acquire returns errc::cancelled and leaves the ring whole
   CHECK(again);
   CHECK(ring.available() == 1);
   CHECK(probe::live == 0);
+}
+
+namespace {
+// An allocator that readies slots (as the pinned one pins them): gated so the test decides when
+// slots 1.. become ready, failing on the slots it is told to.
+struct gated_allocator final : tz::buffer_allocator {
+  tz::page_allocator pages;
+  std::mutex m;
+  std::condition_variable cv;
+  std::size_t allowed = 1;  // slots readied so far may not exceed this
+  std::vector<std::byte*> readied;
+  std::set<std::size_t> fail;  // ready_slot() call numbers that throw
+  std::size_t calls = 0;
+  std::byte* allocate(std::size_t n) override { return pages.allocate(n); }
+  void deallocate(std::byte* p, std::size_t n) noexcept override { pages.deallocate(p, n); }
+  bool readies_slots() const noexcept override { return true; }
+  void ready_slot(std::span<std::byte> slot) override {
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return readied.size() < allowed; });
+    const std::size_t call = calls++;
+    readied.push_back(slot.data());
+    if (fail.count(call)) throw tz::exception(tz::error{tz::errc::io, "ready_slot " + std::to_string(call) + " failed"});
+  }
+  void allow(std::size_t n) {
+    {
+      std::lock_guard lock(m);
+      allowed = n;
+    }
+    cv.notify_all();
+  }
+};
+}  // namespace
+
+TEST_CASE("a ring whose allocator readies slots hands out slot 0 at once and each other one once ready") {
+  auto alloc = std::make_shared<gated_allocator>();
+  tz::scheduler sched(1);
+  {
+    tz::lease_ring ring(3, 4096, alloc);
+    CHECK(ring.available() == 1);
+    auto first = ring.try_acquire();
+    REQUIRE(first);
+    CHECK(first.slot() == 0);
+    CHECK_FALSE(ring.try_acquire());
+    // A waiter gets slot 1 when it is readied, not before.
+    auto waiting = tz::spawn(sched.next_executor(), [&]() -> tz::task<std::size_t> {
+      auto l = co_await ring.acquire();
+      co_return l ? l->slot() : 99;
+    }());
+    CHECK(waiting.wait_for(50ms) == std::future_status::timeout);
+    alloc->allow(2);
+    CHECK(waiting.get() == 1);
+    alloc->allow(3);
+    while (ring.available() < 2) std::this_thread::sleep_for(1ms);
+    first.reset();
+    CHECK(ring.available() == 3);
+  }
+  CHECK(alloc->readied.size() == 3);
+}
+
+TEST_CASE("a ring going away while readying returns the rest unreadied; a failed slot 0 fails the ring") {
+  auto alloc = std::make_shared<gated_allocator>();
+  {
+    tz::lease_ring ring(4, 4096, alloc);  // slots 1..3 wait at the gate
+    std::this_thread::sleep_for(5ms);
+    alloc->allow(2);  // slot 1 may pass; the destructor stops the rest
+  }
+  CHECK(alloc->readied.size() <= 2);
+
+  auto failing = std::make_shared<gated_allocator>();
+  failing->fail = {0};
+  CHECK_THROWS_WITH_AS(tz::lease_ring(2, 4096, failing), "ready_slot 0 failed", tz::exception);
+
+  // A later slot that fails to ready is handed out as it is: the ring stays whole.
+  auto later = std::make_shared<gated_allocator>();
+  later->fail = {1};
+  later->allow(3);
+  tz::lease_ring ring(3, 4096, later);
+  while (ring.available() < 3) std::this_thread::sleep_for(1ms);
+  CHECK(later->readied.size() == 3);
 }
 
 TEST_CASE("memory source resubmits short reads and retries EINTR and EAGAIN") {

@@ -6,12 +6,14 @@
 
 #include <boost/asio/any_io_executor.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <thread>
 #include <vector>
 
 namespace tz {
@@ -23,6 +25,14 @@ class buffer_allocator {
   virtual ~buffer_allocator() = default;
   virtual std::byte* allocate(std::size_t size_bytes) = 0;
   virtual void deallocate(std::byte* p, std::size_t size_bytes) noexcept = 0;
+  // An allocator whose slots need work before first use (pinning: fault in, cudaHostRegister)
+  // says so here and does it in ready_slot(); the ring then readies slot 0 in its constructor and
+  // the rest on a thread of its own, handing each out once ready, so that a new ring is usable
+  // after one slot's setup instead of all of them. ready_slot() may throw: for slot 0 the ring's
+  // constructor fails; a later slot is handed out as it is, which must still be correct (an
+  // unpinned slot copies at pageable speed).
+  virtual bool readies_slots() const noexcept { return false; }
+  virtual void ready_slot(std::span<std::byte> /*slot*/) {}
 };
 
 // Page-aligned, pre-faulted anonymous memory (mmap + MADV_POPULATE_WRITE).
@@ -61,12 +71,14 @@ class lease {
 };
 
 // slot_count buffers of slot_bytes each (rounded up to whole pages), allocated once at
-// construction. Bounded: at most slot_count leases exist; acquire() is the back-pressure.
+// construction (readied slot by slot when the allocator asks for it, see buffer_allocator).
+// Bounded: at most slot_count leases exist; acquire() is the back-pressure.
 class lease_ring {
  public:
   lease_ring(std::size_t slot_count, std::size_t slot_bytes,
              std::shared_ptr<buffer_allocator> allocator = std::make_shared<page_allocator>());
-  // Asserts (debug) that every lease has been returned and no acquire() is waiting.
+  // Stops readying slots, then asserts (debug) that every lease has been returned and no
+  // acquire() is waiting.
   ~lease_ring();
   lease_ring(const lease_ring&) = delete;
   lease_ring& operator=(const lease_ring&) = delete;
@@ -87,6 +99,7 @@ class lease_ring {
   friend class lease;
   struct waiter;
   void release(std::size_t slot) noexcept;
+  void ready_the_rest() noexcept;
   void enqueue(std::shared_ptr<waiter> w);
   std::shared_ptr<waiter> cancel(const waiter* w) noexcept;
 
@@ -97,6 +110,8 @@ class lease_ring {
   mutable std::mutex mutex_;
   std::vector<std::size_t> free_;                 // slot indices, used as a stack
   std::deque<std::shared_ptr<waiter>> waiters_;   // FIFO
+  std::atomic<bool> stopping_{false};
+  std::thread readier_;  // readies slots 1.. when the allocator readies slots
 };
 
 }  // namespace tz
