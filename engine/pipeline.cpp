@@ -195,9 +195,15 @@ task<result<void>> read_headers(scheduler& sched, pipeline& p, unsigned readers)
 task<result<void>> prepare_plan(scheduler& sched, pipeline& p, plan_options popts, unsigned readers) {
   popts.with_headers = p.with_headers;
   if (p.keep_headers && p.with_headers) p.headers.assign(p.selected.size(), {});
+  const auto t0 = pipeline_clock::now();
   TZ_CO_TRY(align, co_await read_split_headers(sched, p, popts, readers));
+  const auto t1 = pipeline_clock::now();
   TZ_CO_TRY(plan, make_plan(p.selected, align, popts));
   p.plan = std::move(plan);
+  if (auto* trace = p.options->trace.get()) {
+    trace->span("read the split tensors' headers", t0, t1);
+    trace->span("plan the ranges", t1, pipeline_clock::now());
+  }
   size_split_parts(p);
   for (const auto* e : p.selected) {  // nothing to read or check: done already
     if (!p.with_headers && e->data_length == 0) p.tensors_done.fetch_add(1, std::memory_order_relaxed);

@@ -3,10 +3,14 @@
 #include "tz/sources/checkpoint.hpp"
 
 #include "tz/backends/file_source.hpp"
+#include "tz/backends/uring_service.hpp"
 #include "tz/backends/uri.hpp"
+
+#include <boost/asio/post.hpp>
 
 #include <algorithm>
 #include <filesystem>
+#include <system_error>
 
 namespace tz {
 
@@ -95,8 +99,28 @@ result<loader> open_files(scheduler& sched, std::string name, std::span<const st
 
 }  // namespace
 
+namespace {
+
+// Each worker's io_uring ring is made on its first read, and a first load's header pass would
+// make them all at once. Made here instead, by each worker while the model opens (and a device
+// context is made beside it), they are ready when the first load starts.
+void start_io_rings(scheduler& sched) {
+  for (unsigned i = 0; i < sched.thread_count(); ++i) {
+    boost::asio::post(sched.worker_executor(i), [ex = sched.worker_executor(i)] {
+      try {
+        static_cast<void>(uring_service::of(ex));
+      } catch (const std::system_error&) {
+        // io_uring unavailable here: file reads fall back to preadv (file_source.cpp).
+      }
+    });
+  }
+}
+
+}  // namespace
+
 result<loader> open_checkpoint(scheduler& sched, std::span<const std::string> inputs, const checkpoint_options& o) {
   if (inputs.empty()) return make_error(errc::invalid_argument, "no model file, index, directory or URI given");
+  if (!is_remote_uri(inputs.front())) start_io_rings(sched);
   if (inputs.size() > 1)
     return open_files(sched, std::to_string(inputs.size()) + " files (" + inputs.front() + " ... " + inputs.back() + ")",
                       inputs, o);
