@@ -7,6 +7,7 @@
 #include "tz/engine/device_load.hpp"
 #include "tz/base/error.hpp"
 #include "tz/format/encryption.hpp"
+#include "tz/engine/load_trace.hpp"
 #include "tz/engine/loader.hpp"
 #include "tz/engine/scheduler.hpp"
 #include "tz/sources/sources.hpp"
@@ -14,6 +15,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 // Everything here is the library's own: hidden, so the exported set stays the public API even though
@@ -79,6 +81,21 @@ tz::result<tz::remote_options> remote_options_from(const options& o);
 // The settings of one load (readers, verify, decryption, a progress adapter that never throws and
 // goes quiet for the rest of that load once the callback threw). Call once per load.
 tz::load_options load_options_from(const options& o);
+// Runs one load with `l` (made by load_options_from) and, when o.trace_file is set, writes the
+// timeline `l` recorded there, also after a failed load. A failure to write fails a load that
+// succeeded.
+template <class Load>
+auto traced(const options& o, const tz::load_common_options& l, Load&& load) -> decltype(load()) {
+  auto out = load();
+  if (l.trace) {
+    auto written = l.trace->write(o.trace_file);
+    if (!written && out) {
+      if constexpr (std::is_constructible_v<decltype(out), tz::error>) return decltype(out)(written.error());
+      else return from_tz(written.error());
+    }
+  }
+  return out;
+}
 tensor_info info_of(const tz::format::tensor_entry& e);
 load_timings timings_of(const tz::load_timings& t);
 

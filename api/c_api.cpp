@@ -65,6 +65,12 @@ tz_status tz_options_set_verify(tz_options* options, int verify) {
   return TZ_OK;
 }
 
+tz_status tz_options_set_trace(tz_options* options, const char* path) {
+  TZ_C_REQUIRE(options, "tz_options_set_trace");
+  options->o.trace_file = path ? path : "";
+  return TZ_OK;
+}
+
 tz_status tz_options_set_decryption_key(tz_options* options, const uint8_t* key, size_t key_bytes) {
   TZ_C_REQUIRE(options && key, "tz_options_set_decryption_key");
   return guarded("tz_options_set_decryption_key", [&] {

@@ -88,9 +88,12 @@ result<host_tensors> model::load(const std::vector<std::string>& names) const {
     auto which = resolve(*p_, names);
     if (!which) return which.error();
     auto l = *p_->opened;  // a copy shares the index and source; loads on copies run concurrently
-    auto loaded = l.load(*p_->sched, std::move(*which), detail::load_options_from(p_->opts));
-    if (!loaded) return from_tz(loaded.error());
-    return host_tensors(std::make_unique<host_tensors::impl>(make_host(*p_, std::move(*loaded))));
+    const auto o = detail::load_options_from(p_->opts);
+    return detail::traced(p_->opts, o, [&]() -> result<host_tensors> {
+      auto loaded = l.load(*p_->sched, std::move(*which), o);
+      if (!loaded) return from_tz(loaded.error());
+      return host_tensors(std::make_unique<host_tensors::impl>(make_host(*p_, std::move(*loaded))));
+    });
   });
 }
 
@@ -99,9 +102,12 @@ result<host_tensors> model::load_one(std::string_view name) const {
     auto which = resolve(*p_, {std::string(name)});
     if (!which) return which.error();
     auto l = *p_->opened;
-    auto loaded = tz::run(*p_->sched, l.async_load_tensor(*p_->sched, which->front(), detail::load_options_from(p_->opts)));
-    if (!loaded) return from_tz(loaded.error());
-    return host_tensors(std::make_unique<host_tensors::impl>(make_host(*p_, std::move(*loaded))));
+    const auto o = detail::load_options_from(p_->opts);
+    return detail::traced(p_->opts, o, [&]() -> result<host_tensors> {
+      auto loaded = tz::run(*p_->sched, l.async_load_tensor(*p_->sched, which->front(), o));
+      if (!loaded) return from_tz(loaded.error());
+      return host_tensors(std::make_unique<host_tensors::impl>(make_host(*p_, std::move(*loaded))));
+    });
   });
 }
 
@@ -114,9 +120,12 @@ result<load_timings> model::load_into(const std::vector<destination>& dst) const
     std::vector<tz::tensor_destination> to;
     for (std::size_t i = 0; i < dst.size(); ++i) to.push_back({(*which)[i], dst[i].bytes});
     auto l = *p_->opened;
-    auto t = l.load_into(*p_->sched, std::move(to), detail::load_options_from(p_->opts));
-    if (!t) return from_tz(t.error());
-    return detail::timings_of(*t);
+    const auto o = detail::load_options_from(p_->opts);
+    return detail::traced(p_->opts, o, [&]() -> result<load_timings> {
+      auto t = l.load_into(*p_->sched, std::move(to), o);
+      if (!t) return from_tz(t.error());
+      return detail::timings_of(*t);
+    });
   });
 }
 
@@ -130,7 +139,7 @@ result<device_tensors> model::load_to_device(int device, const std::vector<std::
     if (!ctx) return from_tz(ctx.error());
     tz::device_load_options o;
     static_cast<tz::load_common_options&>(o) = detail::load_options_from(p_->opts);  // the ring keeps its defaults
-    auto loaded = tz::load_to_device(*p_->sched, **ctx, *p_->opened, *which, o);
+    auto loaded = detail::traced(p_->opts, o, [&] { return tz::load_to_device(*p_->sched, **ctx, *p_->opened, *which, o); });
     if (!loaded) return from_tz(loaded.error());
     // Device loads keep file order, which is index order.
     auto indices = names.empty() ? all_indices(*p_) : std::move(*which);

@@ -3,6 +3,7 @@
 #include "api_detail.hpp"
 
 #include "tz/crypto/sodium.hpp"
+#include "tz/engine/load_trace.hpp"
 
 #include <stdexcept>
 
@@ -113,6 +114,7 @@ tz::load_options load_options_from(const options& o) {
       }
     };
   }
+  if (!o.trace_file.empty()) l.trace = std::make_shared<tz::load_trace>();
   return l;
 }
 

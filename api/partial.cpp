@@ -48,7 +48,7 @@ result<part_load_result> model::load_parts(const std::vector<part_destination>& 
     for (const auto& d : dst) extents.push_back({{d.part.index, d.part.begin_bytes, d.part.length_bytes}, d.bytes});
     tz::extent_options o;
     static_cast<tz::load_options&>(o) = detail::load_options_from(p_->opts);
-    auto got = tz::load_extents(*p_->sched, *p_->opened, std::move(extents), std::move(o));
+    auto got = detail::traced(p_->opts, o, [&] { return tz::load_extents(*p_->sched, *p_->opened, std::move(extents), o); });
     if (!got) return from_tz(got.error());
     return part_load_result{detail::timings_of(got->timings), got->read_bytes};
   });

@@ -282,6 +282,49 @@ static void test_device_loads(void) {
   tz_options_free(o);
 }
 
+/* 1 when file `p` holds `needle`. */
+static int file_contains(const char* p, const char* needle) {
+  static char text[1 << 20];
+  size_t n;
+  FILE* f = fopen(p, "rb");
+  if (f == NULL) return 0;
+  n = fread(text, 1, sizeof text - 1, f);
+  fclose(f);
+  text[n] = '\0';
+  return strstr(text, needle) != NULL;
+}
+
+/* tz_options_set_trace: a load's timeline as Chrome trace JSON (device mode: with the copies and
+ * the device allocation); host mode: a path that cannot be written fails the load, named. */
+static void test_trace(int device) {
+  tz_model* m = NULL;
+  tz_options* o = tz_options_new();
+  char trace[4200];
+  snprintf(trace, sizeof trace, "%s/trace.json", dir);
+  CHECK(tz_options_set_trace(o, trace) == TZ_OK);
+  CHECK(tz_model_open(path("plain.tensors"), o, &m) == TZ_OK);
+  if (device) {
+    tz_device_tensors* d = NULL;
+    CHECK(tz_model_load_to_device(m, 0, NULL, 0, &d) == TZ_OK && device_load_matches(d, NULL, 0));
+    tz_device_tensors_free(d);
+    CHECK(file_contains(trace, "\"traceEvents\"") && file_contains(trace, "\"copy to the device\"") &&
+          file_contains(trace, "\"allocate device memory\""));
+  } else {
+    tz_host_tensors* h = NULL;
+    CHECK(tz_model_load(m, NULL, 0, &h) == TZ_OK && host_load_matches(h));
+    tz_host_tensors_free(h);
+    CHECK(file_contains(trace, "\"traceEvents\"") && file_contains(trace, "\"read\""));
+    tz_model_free(m);
+    m = NULL;
+    snprintf(trace, sizeof trace, "%s/no-such-dir/trace.json", dir);
+    CHECK(tz_options_set_trace(o, trace) == TZ_OK && tz_model_open(path("plain.tensors"), o, &m) == TZ_OK);
+    h = NULL;
+    CHECK(tz_model_load(m, NULL, 0, &h) == TZ_ERR_NOT_FOUND && h == NULL && strstr(tz_last_error_message(), "no-such-dir") != NULL);
+  }
+  tz_model_free(m);
+  tz_options_free(o);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3 || (argc == 3 && strcmp(argv[2], "device") != 0))
     return fprintf(stderr, "usage: c_api_test DIR [device]\n"), 2;
@@ -290,6 +333,7 @@ int main(int argc, char** argv) {
     /* Decided before any check: without a device this mode has nothing to run. */
     if (tz_test_device_count() == 0) return printf("c_api_test device: no CUDA device: skipped (exit 77)\n"), 77;
     test_device_loads();
+    test_trace(1);
     if (failures) return fprintf(stderr, "%d check(s) failed\n", failures), 1;
     printf("c_api_test device: all checks passed\n");
     return 0;
@@ -306,6 +350,7 @@ int main(int argc, char** argv) {
   test_decryption();
   test_progress_and_options();
   test_device_errors();
+  test_trace(0);
   if (failures) return fprintf(stderr, "%d check(s) failed\n", failures), 1;
   printf("c_api_test: all checks passed\n");
   return 0;

@@ -99,6 +99,10 @@ tz_status tz_options_set_threads(tz_options* options, unsigned threads);
 tz_status tz_options_set_readers(tz_options* options, unsigned readers);
 /* Nonzero: check each tensor's stored CRC32 / SHA-256 during every load. */
 tz_status tz_options_set_verify(tz_options* options, int verify);
+/* Load-latency research: every load writes its timeline to `path` as Chrome trace-event JSON
+ * (ui.perfetto.dev opens it), replacing an earlier load's; NULL or "": no trace. A load whose
+ * trace cannot be written fails with the write's error (TZ_ERR_NOT_FOUND: no such directory). */
+tz_status tz_options_set_trace(tz_options* options, const char* path);
 /* Decrypt with exactly 32 key bytes. The key is copied into locked memory that is zeroed when the
  * last user is freed; the caller may wipe `key` when this returns. TZ_ERR_INVALID_ARGUMENT for
  * another length. Replaces an earlier key or passphrase. */

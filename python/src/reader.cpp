@@ -7,6 +7,7 @@
 #include "tz/cuda/cuda.hpp"
 #include "tz/engine/device_load.hpp"
 #include "tz/format/tensor_path.hpp"
+#include "tz/engine/load_trace.hpp"
 #include "tz/engine/loader.hpp"
 
 #include <pybind11/stl.h>
@@ -185,16 +186,26 @@ std::shared_ptr<loaded_handle> load_device(reader_handle& r, std::vector<std::si
   return h;
 }
 
+// One load; with a `trace` path its timeline is written there (also when the load failed).
 std::shared_ptr<loaded_handle> load(reader_handle& r, std::optional<std::vector<std::size_t>> which, bool verify,
-                                    unsigned readers, std::shared_ptr<decryption_keys> keys, int device, bool one) {
+                                    unsigned readers, std::shared_ptr<decryption_keys> keys, int device, bool one,
+                                    const std::optional<std::string>& trace) {
   open_reader(r);
   auto indices = checked_indices(r, which);
   load_options o;
   o.verify = verify;
   o.readers = readers;
   if (keys) o.decryption = keys->decryption;
-  if (device < 0) return load_host(r, std::move(indices), o, one);
-  return load_device(r, std::move(indices), o, device);
+  if (trace && !trace->empty()) o.trace = std::make_shared<load_trace>();
+  std::shared_ptr<loaded_handle> h;
+  try {
+    h = device < 0 ? load_host(r, std::move(indices), o, one) : load_device(r, std::move(indices), o, device);
+  } catch (...) {
+    if (o.trace) static_cast<void>(o.trace->write(*trace));  // the load's own error is the one raised
+    throw;
+  }
+  if (o.trace) take(o.trace->write(*trace));
+  return h;
 }
 
 }  // namespace
@@ -310,18 +321,21 @@ void register_reader(pyb::module_& m) {
       .def(
           "load",
           [](reader_handle& r, std::optional<std::vector<std::size_t>> which, bool verify, unsigned readers,
-             std::shared_ptr<decryption_keys> decryption, int device) {
-            return load(r, std::move(which), verify, readers, std::move(decryption), device, false);
+             std::shared_ptr<decryption_keys> decryption, int device, std::optional<std::string> trace) {
+            return load(r, std::move(which), verify, readers, std::move(decryption), device, false, trace);
           },
           pyb::arg("indices") = pyb::none(), pyb::kw_only(), pyb::arg("verify") = false, pyb::arg("readers") = 0u,
-          pyb::arg("decryption") = pyb::none(), pyb::arg("device") = -1)
+          pyb::arg("decryption") = pyb::none(), pyb::arg("device") = -1, pyb::arg("trace") = pyb::none(),
+          "Loads the tensors at `indices` (None: all) into host memory or onto CUDA device `device`; "
+          "`trace`: a path where the load's timeline is written as Chrome trace-event JSON.")
       .def(
           "load_one",
-          [](reader_handle& r, std::size_t index, bool verify, std::shared_ptr<decryption_keys> decryption, int device) {
-            return load(r, std::vector<std::size_t>{index}, verify, 0, std::move(decryption), device, device < 0);
+          [](reader_handle& r, std::size_t index, bool verify, std::shared_ptr<decryption_keys> decryption, int device,
+             std::optional<std::string> trace) {
+            return load(r, std::vector<std::size_t>{index}, verify, 0, std::move(decryption), device, device < 0, trace);
           },
           pyb::arg("index"), pyb::kw_only(), pyb::arg("verify") = false, pyb::arg("decryption") = pyb::none(),
-          pyb::arg("device") = -1)
+          pyb::arg("device") = -1, pyb::arg("trace") = pyb::none())
       .def("close",
            [](reader_handle& r) {
              r.opened.reset();

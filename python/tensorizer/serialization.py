@@ -787,6 +787,10 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
             rank's ``torch.chunk`` part along the dimension (``tensorizer.distributed.Slice``;
             rank and parts come from ``process_group`` unless given) and are not fanned out. A
             partial slice cannot be verified: with ``verify_hash`` it raises ``UnsupportedError``.
+        trace_file: (beyond 2.11.1) a path where each load writes its timeline as Chrome
+            trace-event JSON (open it in ui.perfetto.dev): per range its read, check and upload
+            spans, ring waits, the device allocation, the first copy done. A later load of the
+            same deserializer (lazy loads) replaces the file.
 
     Returned tensors are ``torch.nn.Parameter`` objects, with ``requires_grad`` for floating
     and complex dtypes. On the CPU they share memory with the engine's load buffer (no copy).
@@ -810,8 +814,12 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         encryption: Optional[DecryptionParams] = None,
         process_group=None,
         slices=None,
+        trace_file: Optional[str] = None,
     ):
         self._reader = None
+        # Load-latency research (ours, not 2.11.1's): each engine load writes its timeline here as
+        # Chrome trace-event JSON (ui.perfetto.dev), replacing an earlier load's.
+        self._trace_file = None if trace_file is None else os.fspath(trace_file)
         self._opened: Optional[_OpenedSource] = None
         self._closed = False
         self._cache: Dict[int, torch.nn.Parameter] = {}
@@ -1046,7 +1054,7 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         if self._process_group is not None or self._slices:
             self._load_distributed(todo, verify, target)
             return
-        kwargs = {"verify": bool(verify), "decryption": self._decryption}
+        kwargs = {"verify": bool(verify), "decryption": self._decryption, "trace": self._trace_file}
         if dev >= 0:
             kwargs["device"] = dev
         if len(todo) == 1:

@@ -123,6 +123,21 @@ def run_c(_C, device, tool, work):
     e = _C.Reader(_C.Source.open(enc))
     loaded = e.load(device=0, verify=True, decryption=_C.Decryption.from_key(key))
     check_device_load(device, e, loaded, want, range(n), "encrypted, verified")
+    check_trace(lambda path: r.load(device=0, trace=path), work, "_C.Reader.load(device=0, trace=...)")
+
+
+def check_trace(load, work, label):
+    """A load given a trace path writes Chrome trace-event JSON with the device load's events."""
+    path = os.path.join(work, "trace.json")
+    if os.path.exists(path):
+        os.remove(path)
+    load(path)
+    with open(path) as f:
+        names = {e["name"] for e in json.load(f)["traceEvents"]}
+    missing = {"read", "copy to the device", "first copy complete", "allocate device memory"} - names
+    check(not missing, f"{label}: the trace lacks {sorted(missing)}")
+    if not missing:
+        print(f"{label}: trace with {len(names)} kinds of event")
 
 
 @contextlib.contextmanager
@@ -173,6 +188,9 @@ def run_deserializer(_C, device, tool, work):
         check(not bad, f"{label}: {len(bad)} tensors differ from the model, first {bad[:1]}")
         if not bad:
             print(f"{label}: {len(got)} tensors from the device equal the model's and a host load's dtypes and shapes")
+    with torch_on_the_emulation(torch, device):
+        check_trace(lambda path: TensorDeserializer(plain, device="cuda:0", trace_file=path).close(), work,
+                    "TensorDeserializer(device='cuda:0', trace_file=...)")
 
 
 def main():

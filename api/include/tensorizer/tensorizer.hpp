@@ -169,6 +169,11 @@ struct options {
   // itself for one load. Keep it short; it must not call back into the model. An exception it
   // throws is swallowed and the callback is not called again for that load.
   std::function<void(const progress&)> on_progress;
+
+  // Load-latency research: every load writes its timeline to this file as Chrome trace-event JSON
+  // (open it in ui.perfetto.dev), replacing what an earlier load wrote; per range its read, check
+  // and upload spans, ring waits, the device allocation, the first copy done. Empty: no trace.
+  std::string trace_file;
 };
 
 // One tensor of a model.
