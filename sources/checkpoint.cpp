@@ -3,14 +3,10 @@
 #include "tz/sources/checkpoint.hpp"
 
 #include "tz/backends/file_source.hpp"
-#include "tz/backends/uring_service.hpp"
 #include "tz/backends/uri.hpp"
-
-#include <boost/asio/post.hpp>
 
 #include <algorithm>
 #include <filesystem>
-#include <system_error>
 
 namespace tz {
 
@@ -95,25 +91,6 @@ result<loader> open_files(scheduler& sched, std::string name, std::span<const st
     shards.push_back({f, std::move(source)});
   }
   return loader::open_shards(sched, std::move(name), std::move(shards));
-}
-
-}  // namespace
-
-namespace {
-
-// Each worker's io_uring ring is made on its first read, and a first load's header pass would
-// make them all at once. Made here instead, by each worker while the model opens (and a device
-// context is made beside it), they are ready when the first load starts.
-void start_io_rings(scheduler& sched) {
-  for (unsigned i = 0; i < sched.thread_count(); ++i) {
-    boost::asio::post(sched.worker_executor(i), [ex = sched.worker_executor(i)] {
-      try {
-        static_cast<void>(uring_service::of(ex));
-      } catch (const std::system_error&) {
-        // io_uring unavailable here: file reads fall back to preadv (file_source.cpp).
-      }
-    });
-  }
 }
 
 }  // namespace

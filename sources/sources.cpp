@@ -3,10 +3,13 @@
 #include "tz/sources/sources.hpp"
 
 #include "tz/backends/file_source.hpp"
+#include "tz/backends/uring_service.hpp"
 #include "tz/format/redis_layout.hpp"
 #include "tz/format/tensorizer.hpp"
 #include "tz/base/posix_io.hpp"
 #include "tz/backends/uri.hpp"
+
+#include <boost/asio/post.hpp>
 
 #include <fcntl.h>
 
@@ -16,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 
 namespace tz {
 
@@ -98,6 +102,18 @@ result<void> set_time_limit(remote_options& o, std::string_view name, double sec
     return {};
   }
   return make_error(errc::invalid_argument, "unknown time limit '" + std::string(name) + "'");
+}
+
+void start_io_rings(scheduler& sched) {
+  for (unsigned i = 0; i < sched.thread_count(); ++i) {
+    boost::asio::post(sched.worker_executor(i), [ex = sched.worker_executor(i)] {
+      try {
+        static_cast<void>(uring_service::of(ex));
+      } catch (const std::system_error&) {
+        // io_uring unavailable here: file reads fall back to preadv (file_source.cpp).
+      }
+    });
+  }
 }
 
 result<std::shared_ptr<byte_source>> open_any(const std::string& file_or_uri, const remote_options& options) {

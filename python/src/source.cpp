@@ -4,6 +4,7 @@
 #include "tz/backends/file_source.hpp"
 #include "tz/backends/memory_source.hpp"
 #include "tz/backends/uri.hpp"
+#include "tz/sources/sources.hpp"
 
 #include <cstring>
 
@@ -34,6 +35,7 @@ std::shared_ptr<source_handle> open_source(const std::string& spec, bool direct,
     auto f = file_source::open(spec, {direct, false});
     if (!f) raise_error(f.error());
     h->source = std::move(*f);
+    start_io_rings(*h->sched);
   }
   return h;
 }
