@@ -5,6 +5,11 @@
 # "address thread"; any subset, or none) adds one build and CTest run per sanitizer in
 # "$TZ_BUILD_DIR-<sanitizer>" over the suites named below (address: ASan+UBSan; thread: TSan).
 # TZ_FUZZ_SMOKE_S (default 5) is the seconds each libFuzzer harness runs on its seeds (0 skips).
+#
+# The sanitizer builds depend on nothing that runs before their CTest runs, so they start in the
+# background (nice 19) once the main build is done and take the CPU time that the main CTest run,
+# the Python suite, the benchmarks and the fuzz smoke leave idle. Their output goes to
+# "$TZ_BUILD_DIR-<sanitizer>.build.log", whose tail is printed when one fails.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -40,22 +45,66 @@ thread_tests='^(base_test|engine_test|loader_test|partial_load_test|shards_test|
 
 phase() { printf '\ntest.sh: == %s (%d s so far)\n' "$*" "$SECONDS"; }
 
-# configure_build_test DIR [CMAKE ARGS...]: one configure, full build and CTest run in DIR.
-configure_build_test() {
+# configure DIR [CMAKE ARGS...]: configures a RelWithDebInfo build in DIR.
+configure() {
   local dir=$1
   shift
-  phase "configure $dir"
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE="$python" \
     -DTZ_TENSORIZER_2121_PYTHON="$tensorizer_2121_python" "$@"
-  phase "build $dir with $jobs jobs"
-  cmake --build "$dir" --parallel "$jobs"
-  phase "ctest $dir"
-  ctest --test-dir "$dir" --output-on-failure -j2 --no-tests=error
+}
+
+sanitize_passes=()
+for sanitize in ${TZ_SANITIZE_PASS:-address thread}; do
+  [ "$sanitize" = none ] && continue
+  tests_var="${sanitize}_tests"
+  [ -n "${!tests_var:-}" ] || { echo "test.sh: unknown sanitizer '$sanitize' in TZ_SANITIZE_PASS" >&2; exit 2; }
+  sanitize_passes+=("$sanitize")
+done
+
+# sanitizer_builds: the background job. Configures and builds each pass's targets in turn, writing
+# the output to DIR.build.log and, when done, the exit status to DIR.build.rc.
+sanitizer_builds() {
+  renice -n 19 -p "$BASHPID" >/dev/null
+  local sanitize dir targets_var rc
+  for sanitize in "${sanitize_passes[@]}"; do
+    dir="$build_dir-$sanitize" targets_var="${sanitize}_targets[@]" rc=0
+    { configure "$dir" -DTZ_SANITIZE="$sanitize" -DTZ_BUILD_BENCH=OFF &&
+        cmake --build "$dir" --parallel "$jobs" --target "${!targets_var}"; } >"$dir.build.log" 2>&1 || rc=$?
+    echo "$rc" >"$dir.build.rc"
+  done
+}
+
+# wait_build DIR: waits for the background build of DIR; exits with its log's tail if it failed.
+wait_build() {
+  local dir=$1 rc
+  while [ ! -e "$dir.build.rc" ] && kill -0 "$sanitizer_job" 2>/dev/null; do sleep 2; done
+  rc=$(cat "$dir.build.rc" 2>/dev/null || echo "killed")
+  if [ "$rc" != 0 ]; then
+    tail -n 100 "$dir.build.log" >&2 || true
+    echo "test.sh: the build of $dir failed ($rc; whole log: $dir.build.log)" >&2
+    exit 1
+  fi
 }
 
 phase "setup"
 scripts/setup.sh
-configure_build_test "$build_dir"
+phase "configure $build_dir"
+configure "$build_dir"
+phase "build $build_dir with $jobs jobs"
+cmake --build "$build_dir" --parallel "$jobs"
+if [ ${#sanitize_passes[@]} -gt 0 ]; then
+  phase "background (nice 19): configure and build ${sanitize_passes[*]/#/$build_dir-}"
+  for sanitize in "${sanitize_passes[@]}"; do rm -f "$build_dir-$sanitize.build.rc"; done
+  # Job control for this one job: its own process group, which the trap stops with everything in it
+  # (cmake, ninja, the compilers) when this script exits early.
+  set -m
+  sanitizer_builds &
+  sanitizer_job=$!
+  set +m
+  trap 'kill -- -"$sanitizer_job" 2>/dev/null || true' EXIT
+fi
+phase "ctest $build_dir"
+ctest --test-dir "$build_dir" --output-on-failure -j2 --no-tests=error
 # The Python package: one `pip install` of the repository into build/venv, then its pytest suite
 # (API, real tensorizer cross checks, the real-model proof, README examples).
 phase "python package: build and install into build/venv"
@@ -72,16 +121,10 @@ if [ "$fuzz_smoke_s" != 0 ]; then
   phase "fuzz smoke: every libFuzzer harness ${fuzz_smoke_s} s on its seeds (clang, build-fuzz)"
   TZ_FUZZ_BUILD_DIR="$build_dir-fuzz" tests/fuzz/smoke.sh "$fuzz_smoke_s"
 fi
-for sanitize in ${TZ_SANITIZE_PASS:-address thread}; do
-  [ "$sanitize" = none ] && continue
-  targets_var="${sanitize}_targets[@]" tests_var="${sanitize}_tests"
-  [ -n "${!tests_var:-}" ] || { echo "test.sh: unknown sanitizer '$sanitize' in TZ_SANITIZE_PASS" >&2; exit 2; }
-  dir="$build_dir-$sanitize"
-  phase "configure $dir (TZ_SANITIZE=$sanitize)"
-  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE="$python" \
-    -DTZ_TENSORIZER_2121_PYTHON="$tensorizer_2121_python" -DTZ_SANITIZE="$sanitize" -DTZ_BUILD_BENCH=OFF
-  phase "build $dir: ${!targets_var}"
-  cmake --build "$dir" --parallel "$jobs" --target "${!targets_var}"
+for sanitize in "${sanitize_passes[@]}"; do
+  dir="$build_dir-$sanitize" tests_var="${sanitize}_tests"
+  phase "wait for the build of $dir (TZ_SANITIZE=$sanitize)"
+  wait_build "$dir"
   phase "ctest $dir (${!tests_var})"
   # tests/tsan.supp: the one known false report (exception_ptr counts inside uninstrumented libstdc++).
   TSAN_OPTIONS="suppressions=$PWD/tests/tsan.supp ${TSAN_OPTIONS:-}" \

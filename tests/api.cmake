@@ -31,7 +31,10 @@ tz_target_defaults(tz_test_device_access)
 # The suite links the engine's format writer too (static, its own copy): the library exports none of it.
 # Its "http" suite needs nginx: the entry api_test_http in tests/net_cli.cmake runs it. Its "gpu" suite
 # (device loads read back) runs as api_test_gpu, skipped (77) before any case runs without a GPU.
-tz_add_doctest(api_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/api_test.cpp
+# Its sources serve api_emulated_test too (tests/cuda_emulation.cmake).
+tz_add_doctest_objects(tz_api_test_objects SOURCES ${CMAKE_CURRENT_LIST_DIR}/api_test.cpp
+                       LIBS tensorizer::tensorizer tz::format tz::crypto tz_test_device_access)
+tz_add_doctest(api_test SOURCES $<TARGET_OBJECTS:tz_api_test_objects>
                LIBS tensorizer::tensorizer tz::format tz::crypto tz_test_device_access EXCLUDE http gpu)
 add_test(NAME api_test_gpu COMMAND api_test --test-suite=gpu)
 set_tests_properties(api_test_gpu PROPERTIES SKIP_RETURN_CODE 77)

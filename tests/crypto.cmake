@@ -2,7 +2,7 @@
 # Two CTest entries from one executable: crypto_test_reference (suite "reference") decrypts the
 # reference vectors that the tz_vectors fixture writes; crypto_test runs every other case. libsodium is linked directly only so the test can compare
 # increment_nonce with sodium_increment.
-add_executable(crypto_test crypto_test.cpp doctest_main.cpp)
+add_executable(crypto_test crypto_test.cpp $<TARGET_OBJECTS:tz_doctest_main>)
 target_link_libraries(crypto_test PRIVATE doctest::doctest tz::crypto PkgConfig::SODIUM Threads::Threads)
 target_compile_definitions(crypto_test PRIVATE TZ_VECTORS_DIR="${TZ_VECTORS_DIR}"
   TZ_VECTORS_2121_DIR="${TZ_VECTORS_2121_DIR}")

@@ -28,7 +28,7 @@ add_library(tz_sources_emulated STATIC)
 target_link_libraries(tz_sources_emulated PUBLIC tz_sources_objects tz_emulated_stack)
 
 tz_add_doctest(cuda_emulated_test SOURCES cuda_test.cpp LIBS tz_cuda_emulated)
-tz_add_doctest(device_load_emulated_test SOURCES device_load_test.cpp LIBS tz_emulated_stack REFERENCE)
+tz_add_doctest(device_load_emulated_test SOURCES $<TARGET_OBJECTS:tz_device_load_test_objects> LIBS tz_emulated_stack REFERENCE)
 tz_add_doctest(cuda_emulation_test SOURCES cuda_emulation_test.cpp LIBS tz_emulated_stack)
 
 if(TZ_BUILD_BENCH)
@@ -51,15 +51,15 @@ tz_target_defaults(tensorizer_emulated)
 add_test(NAME cli_device_emulated COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/cli_device_emulated.sh local
          $<TARGET_FILE:tensorizer_emulated>)
 
-# The public APIs on the emulation. libtensorizer's sources as a shared library of their own
-# (tensorizer_api_emulated: the same sources, version script and hidden engine as libtensorizer.so)
+# The public APIs on the emulation. libtensorizer's objects as a shared library of their own
+# (tensorizer_api_emulated: the same objects, version script and hidden engine as libtensorizer.so)
 # over the emulated engine, with tests/device_access.h inside it: the emulated device memory belongs
 # to the module that holds the emulation, so the tests read it back through the library's own copy.
 # api_emulated_test runs api_test's host and "gpu" suites on it; c_api_emulated_test runs the C
 # program, both modes. Device bytes are compared value by value with what was written.
 if(TARGET tensorizer_shared)
-  get_target_property(tz_api_sources tensorizer_shared SOURCES)
-  add_library(tensorizer_api_emulated SHARED ${tz_api_sources} ${CMAKE_CURRENT_LIST_DIR}/device_access.cpp)
+  add_library(tensorizer_api_emulated SHARED $<TARGET_OBJECTS:tensorizer_api_objects>
+              ${CMAKE_CURRENT_LIST_DIR}/device_access.cpp)
   target_include_directories(tensorizer_api_emulated PUBLIC
     $<TARGET_PROPERTY:tensorizer_shared,INTERFACE_INCLUDE_DIRECTORIES> ${CMAKE_CURRENT_LIST_DIR})
   target_include_directories(tensorizer_api_emulated BEFORE PRIVATE ${tz_emulation_dir})
@@ -69,7 +69,7 @@ if(TARGET tensorizer_shared)
     -Wl,--version-script=${PROJECT_SOURCE_DIR}/api/exports.map -Wl,--exclude-libs,ALL)
   tz_target_defaults(tensorizer_api_emulated)
 
-  tz_add_doctest(api_emulated_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/api_test.cpp
+  tz_add_doctest(api_emulated_test SOURCES $<TARGET_OBJECTS:tz_api_test_objects>
                  LIBS tensorizer_api_emulated tz::format tz::crypto EXCLUDE http)
 
   add_executable(c_api_emulated_test ${CMAKE_CURRENT_LIST_DIR}/c_api_test.c)

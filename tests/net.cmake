@@ -12,7 +12,7 @@ if(NOT DEFINED TZ_NET_PORT_BASE)
 endif()
 set(tz_net_scripts ${CMAKE_CURRENT_LIST_DIR}/../scripts/servers)
 
-add_executable(net_test ${CMAKE_CURRENT_LIST_DIR}/net_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_http_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_redis_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_s3_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_fault_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_test_support.hpp ${CMAKE_CURRENT_LIST_DIR}/doctest_main.cpp)
+add_executable(net_test ${CMAKE_CURRENT_LIST_DIR}/net_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_http_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_redis_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_s3_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_fault_test.cpp ${CMAKE_CURRENT_LIST_DIR}/net_test_support.hpp $<TARGET_OBJECTS:tz_doctest_main>)
 target_link_libraries(net_test PRIVATE doctest::doctest tz::net)
 target_compile_definitions(net_test PRIVATE TZ_NET_WORKDIR="${tz_net_dir}"
                            TZ_NET_SCRIPTS="${tz_net_scripts}" TZ_NET_PORT_BASE=${TZ_NET_PORT_BASE})

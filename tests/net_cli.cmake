@@ -2,7 +2,7 @@
 # (its fixtures and port scheme): net_cli_test (C++ loader API, whole and filtered loads), net_cli.sh
 # (synth, copy up/down, hash --json, load, sharded checkpoints, error messages, encrypted over HTTP) and
 # tests/python/check_remote_cross.py (the real tensorizer reads what ours uploaded). Skips: exit 77.
-add_executable(net_cli_test ${CMAKE_CURRENT_LIST_DIR}/net_cli_test.cpp ${CMAKE_CURRENT_LIST_DIR}/doctest_main.cpp)
+add_executable(net_cli_test ${CMAKE_CURRENT_LIST_DIR}/net_cli_test.cpp $<TARGET_OBJECTS:tz_doctest_main>)
 target_link_libraries(net_cli_test PRIVATE doctest::doctest tz::net tz::engine tz::backends)
 target_compile_definitions(net_cli_test PRIVATE TZ_NET_WORKDIR="${tz_net_dir}" TZ_NET_SCRIPTS="${tz_net_scripts}"
                            TZ_NET_PORT_BASE=${TZ_NET_PORT_BASE} TZ_CLI="$<TARGET_FILE:tensorizer>")
