@@ -223,10 +223,12 @@ TEST_CASE("a ring whose allocator readies slots hands out slot 0 at once and eac
     CHECK(first.slot() == 0);
     CHECK_FALSE(ring.try_acquire());
     // A waiter gets slot 1 when it is readied, not before.
-    auto waiting = tz::spawn(sched.next_executor(), [&]() -> tz::task<std::size_t> {
+    // Named: the coroutine's frame refers to the closure, which must outlive it.
+    auto take_one = [&]() -> tz::task<std::size_t> {
       auto l = co_await ring.acquire();
       co_return l ? l->slot() : 99;
-    }());
+    };
+    auto waiting = tz::spawn(sched.next_executor(), take_one());
     CHECK(waiting.wait_for(50ms) == std::future_status::timeout);
     alloc->allow(2);
     CHECK(waiting.get() == 1);
