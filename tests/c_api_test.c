@@ -8,6 +8,7 @@
 #ifdef __cplusplus
 #error "c_api_test must be compiled as C"
 #endif
+#define _POSIX_C_SOURCE 200809L /* mkdtemp in strict C11 */
 
 #include <tensorizer.h>
 
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int failures = 0;
 
@@ -299,8 +301,16 @@ static int file_contains(const char* p, const char* needle) {
 static void test_trace(int device) {
   tz_model* m = NULL;
   tz_options* o = tz_options_new();
-  char trace[4200];
-  snprintf(trace, sizeof trace, "%s/trace.json", dir);
+  char own[4200], trace[4300];
+  /* A directory of its own: DIR is the fixture's, shared by tests that run at the same time. */
+  const char* tmp = getenv("TMPDIR");
+  snprintf(own, sizeof own, "%s/tz-c-api-trace-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (mkdtemp(own) == NULL) {
+    CHECK(!"mkdtemp");
+    tz_options_free(o);
+    return;
+  }
+  snprintf(trace, sizeof trace, "%s/trace.json", own);
   CHECK(tz_options_set_trace(o, trace) == TZ_OK);
   CHECK(tz_model_open(path("plain.tensors"), o, &m) == TZ_OK);
   if (device) {
@@ -316,13 +326,16 @@ static void test_trace(int device) {
     CHECK(file_contains(trace, "\"traceEvents\"") && file_contains(trace, "\"read\""));
     tz_model_free(m);
     m = NULL;
-    snprintf(trace, sizeof trace, "%s/no-such-dir/trace.json", dir);
+    snprintf(trace, sizeof trace, "%s/no-such-dir/trace.json", own);
     CHECK(tz_options_set_trace(o, trace) == TZ_OK && tz_model_open(path("plain.tensors"), o, &m) == TZ_OK);
     h = NULL;
     CHECK(tz_model_load(m, NULL, 0, &h) == TZ_ERR_NOT_FOUND && h == NULL && strstr(tz_last_error_message(), "no-such-dir") != NULL);
   }
   tz_model_free(m);
   tz_options_free(o);
+  snprintf(trace, sizeof trace, "%s/trace.json", own);
+  remove(trace);
+  rmdir(own);
 }
 
 int main(int argc, char** argv) {
