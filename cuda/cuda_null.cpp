@@ -28,7 +28,7 @@ result<pinned_buffer> alloc_pinned(std::size_t size_bytes) {
   return no_cuda("pinned host buffer of " + std::to_string(size_bytes) + " bytes");
 }
 
-result<pinned_buffer> register_pinned(std::span<std::byte> memory) {
+result<pinned_buffer> register_pinned(std::span<std::byte> memory, int /*device*/) {
   return no_cuda("pinning " + std::to_string(memory.size()) + " caller bytes in place");
 }
 

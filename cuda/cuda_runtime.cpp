@@ -1,6 +1,7 @@
 // The CUDA stage over the runtime API: devices, pinned host memory, device memory, downloads.
 #include "cuda_detail.hpp"
 
+#include <optional>
 #include <string>
 
 namespace tz::cuda {
@@ -83,8 +84,13 @@ result<pinned_buffer> alloc_pinned(std::size_t size_bytes) {
   return pinned_buffer(static_cast<std::byte*>(data), size_bytes, false);
 }
 
-result<pinned_buffer> register_pinned(std::span<std::byte> memory) {
+result<pinned_buffer> register_pinned(std::span<std::byte> memory, int device) {
   if (memory.empty()) return pinned_buffer();
+  std::optional<detail::device_scope> scope;
+  if (device >= 0) {
+    TZ_TRY(entered, detail::device_scope::enter(device, "pinning caller memory"));
+    scope.emplace(std::move(entered));
+  }
   cudaError_t rc = cudaHostRegister(memory.data(), memory.size(), cudaHostRegisterPortable);
   if (rc != cudaSuccess) {
     int current = -1;

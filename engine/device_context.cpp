@@ -23,6 +23,7 @@ namespace {
 // slot by slot beside the load, which starts once the first slot is pinned. gpu_load_bench times it.
 class pinned_allocator final : public buffer_allocator {
  public:
+  explicit pinned_allocator(int device) : device_(device) {}
   std::byte* allocate(std::size_t size_bytes) override {
     memory_ = host_buffer(size_bytes, /*huge_pages=*/true);
     return memory_.data();
@@ -37,13 +38,14 @@ class pinned_allocator final : public buffer_allocator {
   bool readies_slots() const noexcept override { return true; }
   void ready_slot(std::span<std::byte> slot) override {
     prefault(slot);
-    auto b = cuda::register_pinned(slot);
+    auto b = cuda::register_pinned(slot, device_);
     if (!b) throw exception(b.error());
     std::lock_guard lock(mutex_);
     pinned_.push_back(std::move(*b));
   }
 
  private:
+  int device_;  // current while pinning: the ring's thread has none of its own
   host_buffer memory_;
   std::mutex mutex_;  // ready_slot() runs on the ring's thread
   std::vector<cuda::pinned_buffer> pinned_;
@@ -66,10 +68,10 @@ std::size_t ring_bytes(const lease_ring& r) noexcept { return r.slot_count() * r
 
 }  // namespace
 
-result<std::unique_ptr<lease_ring>> make_pinned_ring(std::size_t slot_count, std::size_t slot_bytes) {
+result<std::unique_ptr<lease_ring>> make_pinned_ring(std::size_t slot_count, std::size_t slot_bytes, int device) {
   TZ_CHECK(check_ring(slot_count, slot_bytes));
   try {
-    return std::make_unique<lease_ring>(slot_count, slot_bytes + page_bytes, std::make_shared<pinned_allocator>());
+    return std::make_unique<lease_ring>(slot_count, slot_bytes + page_bytes, std::make_shared<pinned_allocator>(device));
   } catch (const exception& e) {
     return make_error(e.code(), std::string("staging ring: ") + e.what());
   } catch (const std::bad_alloc&) {
@@ -129,7 +131,7 @@ result<pooled_ring> device_context::take_ring(std::size_t slot_count, std::size_
       }
     }
   }
-  TZ_TRY(ring, make_pinned_ring(slot_count, slot_bytes));
+  TZ_TRY(ring, make_pinned_ring(slot_count, slot_bytes, device()));
   std::lock_guard lock(mutex_);
   pinned_bytes_ += ring_bytes(*ring);
   return pooled_ring(this, std::move(ring));

@@ -65,7 +65,7 @@ class pinned_buffer {
 
  private:
   friend result<pinned_buffer> alloc_pinned(std::size_t size_bytes);
-  friend result<pinned_buffer> register_pinned(std::span<std::byte> memory);
+  friend result<pinned_buffer> register_pinned(std::span<std::byte> memory, int device);
   pinned_buffer(std::byte* data, std::size_t size_bytes, bool registered) noexcept
       : data_(data), size_bytes_(size_bytes), registered_(registered) {}
   void release() noexcept;
@@ -82,8 +82,10 @@ class pinned_buffer {
 result<pinned_buffer> alloc_pinned(std::size_t size_bytes);
 
 // Pins caller-owned memory in place (cudaHostRegister, portable). The memory must outlive the
-// returned buffer, whose destructor unregisters it. Errors as alloc_pinned.
-result<pinned_buffer> register_pinned(std::span<std::byte> memory);
+// returned buffer, whose destructor unregisters it. Errors as alloc_pinned. With `device` >= 0 the
+// call runs with that device current (the thread's own is restored), so that a thread that never
+// chose a device does not make device 0's context for it.
+result<pinned_buffer> register_pinned(std::span<std::byte> memory, int device = -1);
 
 // One contiguous allocation in the memory of one device (cudaMalloc). Move-only; the destructor
 // frees it with that device made current, restoring the caller's current device afterwards.

@@ -19,8 +19,9 @@ class device_context;
 // A ring of `slot_count` pinned slots able to hold reads of `slot_bytes` (each slot is one page
 // larger, so that a read lands at its file offset modulo 4 KiB and O_DIRECT applies). Fails with
 // errc::no_device without a GPU, errc::cuda when the memory cannot be pinned,
-// errc::invalid_argument for an empty or absurdly large ring.
-result<std::unique_ptr<lease_ring>> make_pinned_ring(std::size_t slot_count, std::size_t slot_bytes);
+// errc::invalid_argument for an empty or absurdly large ring. Pinned with `device` current (on
+// every thread that pins a slot; -1: whichever device each thread has).
+result<std::unique_ptr<lease_ring>> make_pinned_ring(std::size_t slot_count, std::size_t slot_bytes, int device = -1);
 
 // A pinned ring taken from a context's pool for one load; destroying it gives the ring back (its
 // leases must all have been returned, which a finished load guarantees). Move-only.
