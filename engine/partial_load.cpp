@@ -90,13 +90,23 @@ result<void> begin_pipeline(const loader& l, pipeline& p, const extent_options& 
   return {};
 }
 
-void add_timings(load_timings& sum, const pipeline& p, double prepare_s, double transfer_s) {
+// Runs the planned pipeline and adds its timings (prepare: from t0 until now) and read bytes to
+// `out`: the tail both kinds of extent load share.
+task<result<void>> run_and_add(scheduler& sched, pipeline& p, unsigned readers, pipeline_clock::time_point t0,
+                               extent_load_result& out) {
+  const double prepare_s = seconds_of(nanoseconds_since(t0));
+  const auto t1 = pipeline_clock::now();
+  TZ_CO_CHECK(co_await run_pipeline(sched, p, readers));
+  const double transfer_s = seconds_of(nanoseconds_since(t1));
+  load_timings& sum = out.timings;
   sum.prepare_s += prepare_s;
   sum.transfer_s += transfer_s;
   sum.total_s += prepare_s + transfer_s;
   sum.read_s += seconds_of(p.counters.read_ns);
   sum.verify_s += seconds_of(p.counters.verify_ns);
   sum.decrypt_s += seconds_of(p.counters.decrypt_ns);
+  out.read_bytes += p.plan.read_bytes;
+  co_return result<void>{};
 }
 
 // Whole tensors: the usual plan (split tensors, header checks, verification), landing in the spans.
@@ -119,12 +129,7 @@ task<result<void>> load_whole(scheduler& sched, const loader& l, std::vector<ten
     to.whole.push_back(whole[i].bytes);
   }
   p.out = &to;
-  const double prepare_s = seconds_of(nanoseconds_since(t0));
-  const auto t1 = pipeline_clock::now();
-  TZ_CO_CHECK(co_await run_pipeline(sched, p, o.readers));
-  add_timings(out.timings, p, prepare_s, seconds_of(nanoseconds_since(t1)));
-  out.read_bytes += p.plan.read_bytes;
-  co_return result<void>{};
+  co_return co_await run_and_add(sched, p, o.readers, t0, out);
 }
 
 // The ranges of plain parts of selected tensor t (sorted by offset): each part cut to range_bytes,
@@ -232,12 +237,7 @@ task<result<void>> load_parts(scheduler& sched, const loader& l, std::vector<ten
   }
   for (const auto& r : p.plan.ranges) p.plan.read_bytes += r.length_bytes;
   p.out = &to;
-  const double prepare_s = seconds_of(nanoseconds_since(t0));
-  const auto t1 = pipeline_clock::now();
-  TZ_CO_CHECK(co_await run_pipeline(sched, p, o.readers));
-  add_timings(out.timings, p, prepare_s, seconds_of(nanoseconds_since(t1)));
-  out.read_bytes += p.plan.read_bytes;
-  co_return result<void>{};
+  co_return co_await run_and_add(sched, p, o.readers, t0, out);
 }
 
 }  // namespace
