@@ -162,7 +162,7 @@ class device_sink final : public sink {
 
   // The high-water mark of pinned use, right after a slot was acquired.
   void note_slots_out() noexcept {
-    const std::size_t out = ring_.slot_count() - ring_.available();
+    const std::size_t out = ring_.leased();
     std::size_t seen = slots_out_max_.load(std::memory_order_relaxed);
     while (out > seen && !slots_out_max_.compare_exchange_weak(seen, out, std::memory_order_relaxed)) {
     }

@@ -88,7 +88,7 @@ void lease_ring::ready_the_rest() noexcept {
         // Handed out as it is (see buffer_allocator::ready_slot).
       }
     }
-    release(i);
+    release(i, false);
   }
 }
 
@@ -105,24 +105,32 @@ std::size_t lease_ring::available() const {
   return free_.size();
 }
 
+std::size_t lease_ring::leased() const {
+  std::lock_guard lock(mutex_);
+  return leased_;
+}
+
 lease lease_ring::try_acquire() {
   std::lock_guard lock(mutex_);
   if (free_.empty()) return {};
   std::size_t slot = free_.back();
   free_.pop_back();
+  ++leased_;
   return lease(this, slot, {memory_ + slot * slot_bytes_, slot_bytes_});
 }
 
-void lease_ring::release(std::size_t slot) noexcept {
+void lease_ring::release(std::size_t slot, bool returned) noexcept {
   std::shared_ptr<waiter> next;
   {
     std::lock_guard lock(mutex_);
+    if (returned) --leased_;
     if (waiters_.empty()) {
       free_.push_back(slot);
       return;
     }
     next = std::move(waiters_.front());
     waiters_.pop_front();
+    ++leased_;
   }
   // Hand the slot straight to the oldest waiter, so a stream of try_acquire() calls cannot starve it.
   next->complete({}, lease(this, slot, {memory_ + slot * slot_bytes_, slot_bytes_}));
@@ -151,6 +159,7 @@ void lease_ring::enqueue(std::shared_ptr<waiter> w) {
     }
     slot = free_.back();
     free_.pop_back();
+    ++leased_;
   }
   w->complete({}, lease(this, slot, {memory_ + slot * slot_bytes_, slot_bytes_}));
 }

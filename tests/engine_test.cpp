@@ -218,9 +218,11 @@ TEST_CASE("a ring whose allocator readies slots hands out slot 0 at once and eac
   {
     tz::lease_ring ring(3, 4096, alloc);
     CHECK(ring.available() == 1);
+    CHECK(ring.leased() == 0);  // slots still being readied are not out
     auto first = ring.try_acquire();
     REQUIRE(first);
     CHECK(first.slot() == 0);
+    CHECK(ring.leased() == 1);
     CHECK_FALSE(ring.try_acquire());
     // A waiter gets slot 1 when it is readied, not before.
     // Named: the coroutine's frame refers to the closure, which must outlive it.
@@ -231,11 +233,13 @@ TEST_CASE("a ring whose allocator readies slots hands out slot 0 at once and eac
     auto waiting = tz::spawn(sched.next_executor(), take_one());
     CHECK(waiting.wait_for(50ms) == std::future_status::timeout);
     alloc->allow(2);
-    CHECK(waiting.get() == 1);
+    CHECK(waiting.get() == 1);  // its lease went back when the coroutine ended
+    CHECK(ring.leased() == 1);
     alloc->allow(3);
     while (ring.available() < 2) std::this_thread::sleep_for(1ms);
     first.reset();
     CHECK(ring.available() == 3);
+    CHECK(ring.leased() == 0);
   }
   CHECK(alloc->readied.size() == 3);
 }

@@ -86,6 +86,8 @@ class lease_ring {
   std::size_t slot_count() const noexcept { return slot_count_; }
   std::size_t slot_bytes() const noexcept { return slot_bytes_; }
   std::size_t available() const;
+  // Leases out now. Not slot_count() - available(): slots still being readied are neither.
+  std::size_t leased() const;
 
   // A free slot, or an empty lease when all are out. Never waits.
   lease try_acquire();
@@ -98,7 +100,8 @@ class lease_ring {
  private:
   friend class lease;
   struct waiter;
-  void release(std::size_t slot) noexcept;
+  // `returned`: a lease gave the slot back (false: the readier hands out a newly readied one).
+  void release(std::size_t slot, bool returned = true) noexcept;
   void ready_the_rest() noexcept;
   void enqueue(std::shared_ptr<waiter> w);
   std::shared_ptr<waiter> cancel(const waiter* w) noexcept;
@@ -110,6 +113,7 @@ class lease_ring {
   mutable std::mutex mutex_;
   std::vector<std::size_t> free_;                 // slot indices, used as a stack
   std::deque<std::shared_ptr<waiter>> waiters_;   // FIFO
+  std::size_t leased_ = 0;                        // leases out
   std::atomic<bool> stopping_{false};
   std::thread readier_;  // readies slots 1.. when the allocator readies slots
 };
