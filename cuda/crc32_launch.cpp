@@ -23,7 +23,8 @@ result<void> check_jobs(std::span<const crc32_job> jobs, const std::uint32_t* re
   if (reinterpret_cast<std::uintptr_t>(results) % alignof(std::uint32_t) != 0)
     return make_error(errc::invalid_argument, what + ": the results array is not 4-byte aligned");
   for (std::size_t i = 0; i < jobs.size(); ++i) {
-    const std::string job = what + ": job " + std::to_string(i) + " has " + std::to_string(jobs[i].size_bytes) + " bytes";
+    const std::string job =
+        what + ": job " + std::to_string(i) + " has " + std::to_string(jobs[i].size_bytes) + " bytes";
     if (jobs[i].device_data == nullptr && jobs[i].size_bytes != 0)
       return make_error(errc::invalid_argument, job + " at a null address");
     if (jobs[i].size_bytes > job_bytes_max)
@@ -62,7 +63,8 @@ result<void> launch_crc32(std::span<const crc32_job> jobs, std::uint32_t* device
   // The kernel XORs every span's term into its job's word: the words start at zero, in stream order.
   cudaError_t rc = cudaMemsetAsync(device_results, 0, jobs.size() * sizeof(std::uint32_t), stream);
   if (rc != cudaSuccess)
-    return launch_failure("cudaMemsetAsync", rc, "zeroing the results of " + std::to_string(jobs.size()) + " CRC-32 job(s)");
+    return launch_failure("cudaMemsetAsync", rc,
+                          "zeroing the results of " + std::to_string(jobs.size()) + " CRC-32 job(s)");
   detail::crc32_batch batch{};
   std::copy(std::begin(crc::host_x2k.v), std::end(crc::host_x2k.v), std::begin(batch.x2k));
   for (std::size_t first = 0; first < jobs.size(); first += crc32_batch_max) {

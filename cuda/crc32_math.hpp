@@ -130,7 +130,9 @@ TZ_CRC_HD std::uint32_t load_le32(const std::uint8_t* p) {
 TZ_CRC_HD std::uint32_t update_slice8(const crc_tables& tables, std::uint32_t r, const std::uint8_t* data,
                                       std::uint64_t size_bytes) {
   const std::uint64_t words = size_bytes / 8;
-  for (std::uint64_t w = 0; w < words; ++w) r = update_word(tables, r, load_le32(data + 8 * w), load_le32(data + 8 * w + 4));
+  for (std::uint64_t w = 0; w < words; ++w) {
+    r = update_word(tables, r, load_le32(data + 8 * w), load_le32(data + 8 * w + 4));
+  }
   return update_bytes(tables, r, data + 8 * words, size_bytes % 8);
 }
 

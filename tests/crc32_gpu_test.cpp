@@ -22,8 +22,7 @@ using bytes = std::vector<std::uint8_t>;
 
 constexpr std::size_t kib = 1024;
 constexpr std::size_t mib = 1024 * kib;
-const std::size_t size_classes[] = {0,    1,    7,       15,  16,      17, 4095, 4096, 4097, 8191,
-                                    mib - 1, mib, mib + 1, 3 * mib + 5};
+const std::size_t size_classes[] = {0, 1, 7, 15, 16, 17, 4095, 4096, 4097, 8191, mib - 1, mib, mib + 1, 3 * mib + 5};
 
 bytes random_bytes(std::size_t size, std::uint64_t seed) {
   std::mt19937_64 gen(seed);

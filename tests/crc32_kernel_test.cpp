@@ -55,9 +55,9 @@ TEST_CASE("multmodp multiplies: 1 is neutral, the product commutes, x^a x^b is x
 }
 
 TEST_CASE("multmodp with x8n combines CRCs exactly as zlib's crc32_combine") {
-  std::vector<std::uint64_t> lengths = {0,    1,        2,    3,    7,   8,     15,    16,    4095,
-                                        4096, 4097,     mib,  mib + 1, (std::uint64_t{1} << 32) + 7,
-                                        std::uint64_t{1} << 40, (std::uint64_t{1} << 62) + 12345};
+  std::vector<std::uint64_t> lengths = {0, 1, 2, 3, 7, 8, 15, 16, 4095, 4096, 4097, mib, mib + 1,
+                                        (std::uint64_t{1} << 32) + 7, std::uint64_t{1} << 40,
+                                        (std::uint64_t{1} << 62) + 12345};
   std::mt19937_64 gen(2);
   // Every magnitude zlib takes (its z_off_t is signed: below 2^63).
   for (int i = 0; i < 100; ++i) lengths.push_back(gen() >> (gen() % 63 + 1));
@@ -112,8 +112,7 @@ TEST_CASE("the spans cover a job from its first byte, one thread each, 1 MiB per
 
 TEST_CASE("the kernel's decomposition gives the library CRC for every size class at offsets 0..17") {
   constexpr std::size_t offsets = 18;
-  std::vector<std::uint64_t> sizes = {0,    1,        7,   15,      16,   17, 4095, 4096, 4097, 8191,
-                                      mib - 1, mib, mib + 1, 3 * mib + 5};
+  const std::uint64_t sizes[] = {0, 1, 7, 15, 16, 17, 4095, 4096, 4097, 8191, mib - 1, mib, mib + 1, 3 * mib + 5};
   const auto buffer = random_bytes(9 * mib + offsets, 4);
   for (const std::uint64_t size : sizes) {
     for (std::size_t offset = 0; offset < offsets; ++offset) {
@@ -124,9 +123,9 @@ TEST_CASE("the kernel's decomposition gives the library CRC for every size class
   }
   // Random sizes up to 9 MiB, each at two of the offsets.
   std::mt19937_64 gen(5);
-  for (int i = 0; i < 20; ++i) {
+  for (std::size_t i = 0; i < 20; ++i) {
     const std::uint64_t size = gen() % (9 * mib + 1);
-    for (const std::size_t offset : {static_cast<std::size_t>(i) % offsets, offsets - 1 - static_cast<std::size_t>(i) % offsets}) {
+    for (const std::size_t offset : {i % offsets, offsets - 1 - i % offsets}) {
       CAPTURE(size);
       CAPTURE(offset);
       CHECK(reference_job_crc(buffer.data() + offset, size) == library_crc(buffer.data() + offset, size));
