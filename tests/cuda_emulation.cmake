@@ -10,9 +10,13 @@ add_library(tz_cuda_emulated STATIC
   # The secretbox kernels as stream operations that open each chunk with libsodium: the device
   # sink's decryption runs here as on a GPU (the kernels' arithmetic has tests of its own).
   ${tz_emulation_dir}/secretbox.cpp
+  # The CRC-32 launcher itself, with the kernel as a stream operation running its decomposition on
+  # the host (crc32_math.hpp's reference_job_crc); crc32_null.cpp is the null build's alone.
+  ${PROJECT_SOURCE_DIR}/cuda/crc32_launch.cpp ${tz_emulation_dir}/crc32.cpp
   ${tz_emulation_dir}/control.cpp ${tz_emulation_dir}/memory.cpp ${tz_emulation_dir}/streams.cpp)
 # cuda_runtime.h comes from the emulation, never from the toolkit.
 target_include_directories(tz_cuda_emulated BEFORE PRIVATE ${tz_emulation_dir})
+target_include_directories(tz_cuda_emulated PRIVATE ${PROJECT_SOURCE_DIR}/cuda)  # crc32_batch.hpp
 target_include_directories(tz_cuda_emulated PUBLIC ${tz_emulation_dir}/include)
 target_link_libraries(tz_cuda_emulated PUBLIC tz::cuda_headers Threads::Threads PRIVATE PkgConfig::SODIUM)
 target_compile_definitions(tz_cuda_emulated PUBLIC TZ_HAVE_CUDA=1 TZ_CUDA_EMULATED=1)

@@ -120,6 +120,12 @@ int& current_device();
 // Records `e` as the calling thread's last error (cudaGetLastError) and returns it.
 cudaError_t fail(cudaError_t e);
 inline cudaError_t sticky() { return static_cast<cudaError_t>(rt().sticky.load()); }
+// An asynchronous fault of a queued operation (a failed copy, a kernel reading outside device
+// memory): becomes the sticky error unless one is already set.
+inline void raise_sticky(cudaError_t e) {
+  int expected = cudaSuccess;
+  rt().sticky.compare_exchange_strong(expected, e);
+}
 
 inline std::size_t page_size() {
   static const std::size_t p = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));

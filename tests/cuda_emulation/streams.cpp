@@ -54,8 +54,7 @@ void execute(CUstream_st& s, operation& op) {
     case operation::kind::copy:
       if (sticky() != cudaSuccess) return;
       if (op.fail) {
-        int expected = cudaSuccess;
-        rt().sticky.compare_exchange_strong(expected, cudaErrorIllegalAddress);
+        raise_sticky(cudaErrorIllegalAddress);
         return;
       }
       if (!op.staged.empty()) {

@@ -46,10 +46,10 @@ struct counters {
 counters snapshot();
 void reset_peaks();
 
-// Emulated kernels (tests/cuda_emulation/secretbox.cpp): `work` runs on `stream` (a cudaStream_t)
-// in stream order, after the operations queued before it and before those queued after; false for
-// an unknown stream. Inside, device_bytes() gives the host backing of device range [p, p + n)
-// (nullptr when it is not inside one allocation).
+// Emulated kernels (tests/cuda_emulation/secretbox.cpp, crc32.cpp): `work` runs on `stream` (a
+// cudaStream_t) in stream order, after the operations queued before it and before those queued
+// after; false for an unknown stream. Inside, device_bytes() gives the host backing of device
+// range [p, p + n) (nullptr when it is not inside one allocation).
 bool enqueue_work(void* stream, std::function<void()> work);
 std::byte* device_bytes(const void* device, std::size_t size_bytes);
 
