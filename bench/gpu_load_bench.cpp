@@ -52,6 +52,7 @@ struct options {
   int device = 0;
   bool cold = true;
   bool verify = false;
+  bool crc_on_device = true;  // device_load_options::crc_on_device (verified loads)
   bool keep = false;         // keep the synthetic file (reuse it with --file)
   bool references = false;   // the extra host-side references (reads under DMA, mmap copies)
   bool async_punt = false;   // file_options::async_punt for the warm runs
@@ -349,6 +350,7 @@ run_result measure(const options& o, tz::scheduler& sched, tz::device_context& c
     lo.slot_bytes = o.slot_bytes;
     lo.readers = o.readers;
     lo.verify = o.verify;
+    lo.crc_on_device = o.crc_on_device;
     std::unique_ptr<tz::device_context> own;
     const auto t0 = std::chrono::steady_clock::now();
     if (fresh) own = tz::unwrap(tz::device_context::create(o.device, o.streams));
@@ -465,6 +467,14 @@ int main(int argc, char** argv) {
     print("fresh ctx", fresh, limit);
     std::printf("            %.3fx the warm ring (a context of its own per load: streams, threads, ring)\n",
                 warm.gbps > 0 ? fresh.gbps / warm.gbps : 0.0);
+    if (o.verify) {  // the same verified load with every hash on the host's cores, for comparison
+      options h = o;
+      h.crc_on_device = false;
+      const run_result host = measure(h, sched, *ctx, false);
+      print("host CRC32", host, limit);
+      std::printf("            %.3fx the N-core hash limit, %.3fx the warm ring (CRC32s on the GPU)\n",
+                  host.gbps / hash_limit, warm.gbps > 0 ? host.gbps / warm.gbps : 0.0);
+    }
   }
   for (const auto& config : o.configs) {
     options c = o;

@@ -174,8 +174,9 @@ def c_runs(a, path, procs):
 
 def engine_reference(a, path, verify=False):
     """gpu_load_bench's figures: the copy limit, the memory bound, the plain pipeline, the engine's
-    steady state and a load with a fresh context; verified: the N-core hash limit and the verified
-    steady state instead (keys suffixed _verified)."""
+    steady state and a load with a fresh context; verified: the N-core hash limit, the verified
+    steady state (CRC32s on the GPU) and the same with every hash on the host (host_crc) instead
+    (keys suffixed _verified)."""
     runs = "2" if a.smoke else "5"
     cmd = [program(a, "gpu_load_bench"), "--file", path, "--runs", runs, "--no-cold"] + (["--verify"] if verify else [])
     out = sh(cmd, a.step_timeout)
@@ -183,7 +184,8 @@ def engine_reference(a, path, verify=False):
     ref = {}
     for key, pat in [("limit", r"^limit\s+([\d.]+)"), ("bound", r"bound min\(limit, that\) ([\d.]+)"),
                      ("pipe", r"^pipe\s+([\d.]+)"), ("steady", r"^warm ring\s+([\d.]+)"),
-                     ("fresh_ctx", r"^fresh ctx\s+([\d.]+)"), ("hash_limit", r"^hash\s+([\d.]+)")]:
+                     ("fresh_ctx", r"^fresh ctx\s+([\d.]+)"), ("hash_limit", r"^hash\s+([\d.]+)"),
+                     ("host_crc", r"^host CRC32\s+([\d.]+)")]:
         m = re.search(pat, out, re.M)
         if m:
             ref[key + ("_verified" if verify and key != "hash_limit" else "")] = float(m.group(1))
@@ -297,7 +299,7 @@ def med(xs):
 def report(a, ref, rows, digests):
     steady = ref.get("steady", float("nan"))
     print(f"\n== GPU table: {a.size_mib} MiB, medians; first = first load in a fresh process, later = loads after it ==")
-    for k in ("limit", "bound", "pipe", "steady", "fresh_ctx", "hash_limit", "steady_verified"):
+    for k in ("limit", "bound", "pipe", "steady", "fresh_ctx", "hash_limit", "steady_verified", "host_crc_verified"):
         if k in ref:
             print(f"  {k:<10} {ref[k]:7.2f} GB/s")
     hash_limit = ref.get("hash_limit", float("nan"))

@@ -1,12 +1,14 @@
 // Device loads: the pipeline with a device sink. Reads land in leases of a pinned ring, are checked
 // and decrypted there, and are copied to one device allocation; each copy's completion returns
 // its lease to the ring.
+#include "device_crc.hpp"
 #include "device_open.hpp"
 #include "pipeline.hpp"
 
 #include "tz/engine/device_load.hpp"
 #include "tz/engine/host_memory.hpp"
 #include "tz/engine/load_trace.hpp"
+#include "tz/cuda/crc32.hpp"
 #include "tz/cuda/secretbox.hpp"
 #include "tz/engine/wait_group.hpp"
 
@@ -60,29 +62,30 @@ class device_destination {
     std::vector<std::shared_ptr<cuda::upload_ticket>> fills;  // shared: a shared_future copies
     double alloc_s = 0;
     std::shared_ptr<device_opener> opener;  // decryption on the device, when the load does it
+    std::shared_ptr<device_crc> crc;        // CRC32 on the device, when the load does it
   };
 
-  device_destination(cuda::uploader& up, std::span<const format::tensor_entry* const> selected,
-                     const device_layout& layout, bool open_on_device, load_trace* trace)
-      : made_(std::async(std::launch::async, [&up, selected, &layout, open_on_device, trace] {
-                return make(up, selected, layout, open_on_device, trace);
-              }).share()) {}
+  device_destination(cuda::uploader& up, const pipeline& p, const device_layout& layout, load_trace* trace)
+      : made_(std::async(std::launch::async, [&up, &p, &layout, trace] { return make(up, p, layout, trace); }).share()) {}
 
   // Blocks until the allocation (and the fills' enqueueing) is done; its outcome. Thread-safe.
   const result<made>& get() const { return made_.get(); }
 
  private:
-  static result<made> make(cuda::uploader& up, std::span<const format::tensor_entry* const> selected,
-                           const device_layout& layout, bool open_on_device, load_trace* trace) {
+  static result<made> make(cuda::uploader& up, const pipeline& p, const device_layout& layout, load_trace* trace) {
     const auto t0 = pipeline_clock::now();
     TZ_TRY(buffer, cuda::alloc_device(up.device(), layout.bytes));
     made out{std::make_shared<cuda::device_buffer>(std::move(buffer)), {}, seconds_of(nanoseconds_since(t0))};
     if (trace) trace->span("allocate device memory", t0, pipeline_clock::now(), -1, 0, layout.bytes);
-    if (open_on_device) {
-      TZ_TRY(opener, device_opener::create(up, selected));
+    if (p.decrypt_on_device) {
+      TZ_TRY(opener, device_opener::create(up, p.selected));
       out.opener = std::move(opener);
     }
-    TZ_TRY(tickets, zero_meta(up, selected, *out.buffer, layout));
+    if (p.crc_on_device) {
+      TZ_TRY(crc, device_crc::create(up.device(), p.plan));
+      out.crc = std::move(crc);
+    }
+    TZ_TRY(tickets, zero_meta(up, p.selected, *out.buffer, layout));
     for (auto& t : tickets) out.fills.push_back(std::make_shared<cuda::upload_ticket>(std::move(t)));
     return out;
   }
@@ -134,11 +137,19 @@ class device_sink final : public sink {
       uploads_.done();
     };
     auto ticket = [&]() -> result<cuda::upload_ticket> {
-      if (where.sealed.empty()) return up_.upload(pieces, *made->buffer, std::move(on_done));
-      // The kernels that open the chunks run behind the copies, on their stream.
+      // The kernels that open the chunks (decryption) or take their CRC32s (verification) run
+      // behind the copies, on their stream; a load does one or the other (decrypt_on_device
+      // excludes verify).
       auto* base = static_cast<std::byte*>(made->buffer->data());
-      TZ_TRY(opener, made->opener->opener_for(std::move(where.sealed), base, layout_.offsets));
-      return up_.upload(pieces, *made->buffer, std::move(on_done), opener);
+      if (!where.sealed.empty()) {
+        TZ_TRY(opener, made->opener->opener_for(std::move(where.sealed), base, layout_.offsets));
+        return up_.upload(pieces, *made->buffer, std::move(on_done), opener);
+      }
+      if (made->crc) {
+        TZ_TRY(crc, made->crc->crc_for(r, base, layout_.offsets));
+        return up_.upload(pieces, *made->buffer, std::move(on_done), crc);
+      }
+      return up_.upload(pieces, *made->buffer, std::move(on_done));
     }();
     p_.counters.upload_ns += nanoseconds_since(t0);
     if (!ticket) {
@@ -220,6 +231,9 @@ task<result<unsigned>> prepare_device(scheduler& sched, pipeline& p, const loade
                                             p.source->name()));
   TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
   p.selected = std::move(selected);
+  p.decrypt_on_device = p.encrypted && !o.verify && o.decrypt_on_device && cuda::secretbox_kernels_available();
+  p.crc_on_device = p.with_headers && o.verify && o.crc_on_device && cuda::crc32_kernels_available();
+  if (p.crc_on_device) p.headers.resize(p.selected.size());  // the header pass and the checks fill them
   // Readers leave a quarter of the slots free for uploads while they wait on I/O.
   const unsigned readers =
       o.readers != 0 ? o.readers
@@ -266,8 +280,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
                                                 "' of " + std::to_string(layout.too_large->deserialized_bytes) +
                                                 " bytes: the load would need more than 2^64 bytes");
   cuda::uploader& up = ctx.uploader();
-  p.decrypt_on_device = p.encrypted && !options.verify && options.decrypt_on_device && cuda::secretbox_kernels_available();
-  device_destination dst(up, p.selected, layout, p.decrypt_on_device, options.trace.get());
+  device_destination dst(up, p, layout, options.trace.get());
   device_sink to(p, up, ring.ring(), dst, layout);
   p.out = &to;
   t.prepare_s = seconds_of(nanoseconds_since(t0));
@@ -280,6 +293,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   TZ_CO_CHECK(made);
   TZ_CO_CHECK(filled);
   if (made->opener) TZ_CO_CHECK(made->opener->check(p.source->name()));
+  if (made->crc) TZ_CO_CHECK(made->crc->check(p));
   t.alloc_s = made->alloc_s;
   t.transfer_s = seconds_of(nanoseconds_since(t1));
   t.total_s = seconds_of(nanoseconds_since(t0));

@@ -70,7 +70,8 @@ class sink {
 };
 
 // A tensor split over several ranges: its header (from the header pass), its key, and its hashes:
-// a CRC32 per part (any worker, combined at the end) and SHA-256 fed part by part in file order.
+// a CRC32 per part (any worker, combined at the end; none when crc_on_device) and SHA-256 fed part
+// by part in file order.
 struct split_state {
   format::tensor_header header;
   std::shared_ptr<const crypto::secret_key> key;  // encrypted files only
@@ -101,10 +102,13 @@ struct pipeline {
   // Encrypted loads to a device with the secretbox kernels and no verification: the checks parse
   // headers but leave the data sealed (landing::sealed); the sink opens it on the GPU.
   bool decrypt_on_device = false;
+  // Verified loads to a device with the CRC32 kernels: the checks hash SHA-256 only and keep every
+  // header (headers); the sink computes each data piece's CRC32 on the GPU (device_crc.hpp).
+  bool crc_on_device = false;
   std::vector<const format::tensor_entry*> selected;  // file order
   load_plan plan;
   std::vector<std::unique_ptr<split_state>> splits;  // per selected tensor; null unless split
-  std::vector<format::tensor_header> headers;         // per selected tensor, when kept (keep_headers)
+  std::vector<format::tensor_header> headers;         // per selected tensor, when kept (keep_headers, crc_on_device)
 
   std::atomic<std::size_t> next_range{0};
   std::atomic<bool> failed{false};

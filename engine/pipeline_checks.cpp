@@ -1,7 +1,8 @@
 // The per-tensor checks of the pipeline, run by the reader that holds a range, on the bytes where
 // they landed: parse each header against the index, decrypt whole cipher chunks in place, verify
 // the stored hashes. A split tensor's CRC32 is taken per part on any worker and combined; its
-// SHA-256 is fed in part order, beside the reads of other tensors.
+// SHA-256 is fed in part order, beside the reads of other tensors. When the device sink takes the
+// CRC32s on the GPU (pipeline::crc_on_device), only SHA-256 is hashed here.
 #include "pipeline.hpp"
 
 namespace tz {
@@ -27,7 +28,15 @@ result<void> check_whole(pipeline& p, const format::tensor_header& h, std::span<
   }
   if (p.options->verify) {
     const auto t0 = pipeline_clock::now();
-    auto ok = format::verify_tensor(h, data, name);
+    result<void> ok;
+    if (p.crc_on_device) {  // the CRC32 is the device sink's (device_crc.hpp)
+      sha256_hasher sha;
+      sha.update(h.hash_prefix);
+      sha.update(data);
+      ok = format::check_tensor_hashes(h, std::nullopt, sha.finish(), name);
+    } else {
+      ok = format::verify_tensor(h, data, name);
+    }
     p.counters.verify_ns += nanoseconds_since(t0);
     TZ_CHECK(ok);
   }
@@ -73,7 +82,11 @@ task<result<void>> hash_in_turn(pipeline& p, const load_range& r, split_state& s
   s.sha->update(bytes);
   result<void> ok;
   // Every earlier part stored its CRC before its own turn passed, so all are in by now.
-  if (r.part + 1 == s.part_crc.size()) ok = format::check_tensor_hashes(s.header, combined_crc(s), s.sha->finish(), name);
+  if (r.part + 1 == s.part_crc.size()) {
+    std::optional<std::uint32_t> crc;
+    if (!p.crc_on_device) crc = combined_crc(s);
+    ok = format::check_tensor_hashes(s.header, crc, s.sha->finish(), name);
+  }
   p.counters.verify_ns += nanoseconds_since(t0);
   s.turns.pass();
   co_return ok;
@@ -104,9 +117,11 @@ task<result<void>> check_split_part(pipeline& p, const load_range& r, std::span<
   }
   if (r.part + 1 == s.part_crc.size()) p.tensors_done.fetch_add(1, std::memory_order_relaxed);
   if (!s.sha) co_return result<void>{};  // not verified
-  const auto t0 = pipeline_clock::now();
-  s.part_crc[r.part] = crc32(bytes);
-  p.counters.verify_ns += nanoseconds_since(t0);
+  if (!p.crc_on_device) {
+    const auto t0 = pipeline_clock::now();
+    s.part_crc[r.part] = crc32(bytes);
+    p.counters.verify_ns += nanoseconds_since(t0);
+  }
   co_return co_await hash_in_turn(p, r, s, bytes);
 }
 

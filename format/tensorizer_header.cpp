@@ -198,24 +198,30 @@ result<void> tensor_verifier::finish(std::string_view source) {
   return check_tensor_hashes(*header_, crc_.value(), sha_.finish(), source);
 }
 
-result<void> check_tensor_hashes(const tensor_header& header, std::uint32_t crc, const sha256_digest& sha,
-                                 std::string_view source) {
+result<void> check_tensor_hashes(const tensor_header& header, std::optional<std::uint32_t> crc,
+                                 const std::optional<sha256_digest>& sha, std::string_view source) {
   const std::string what = std::string(source) + ": tensor '" + header.name + "' (data at offset " +
                            std::to_string(header.data_offset) + ", " + std::to_string(header.data_length) +
                            " bytes)";
   for (const auto& sh : header.hashes) {
     if (sh.kind == hash_kind::crc32) {
+      if (!crc) continue;
       std::uint32_t stored = 0;
       for (std::size_t i = 0; i < 4; ++i) stored |= std::uint32_t{sh.value[i]} << (8 * i);
-      if (stored != crc)
+      if (stored != *crc)
         return make_error(errc::hash_mismatch, what + " failed CRC32 verification: expected " +
-                                                   std::to_string(stored) + ", got " + std::to_string(crc));
-    } else if (!std::equal(sh.value.begin(), sh.value.end(), sha.begin())) {
+                                                   std::to_string(stored) + ", got " + std::to_string(*crc));
+    } else if (sha && !std::equal(sh.value.begin(), sh.value.end(), sha->begin())) {
       return make_error(errc::hash_mismatch, what + " failed SHA256 verification: expected " + to_hex(sh.value) +
-                                                 ", got " + to_hex(sha));
+                                                 ", got " + to_hex(*sha));
     }
   }
   return {};
+}
+
+bool has_crc32(const tensor_header& header) noexcept {
+  return std::any_of(header.hashes.begin(), header.hashes.end(),
+                     [](const stored_hash& sh) { return sh.kind == hash_kind::crc32; });
 }
 
 result<void> verify_tensor(const tensor_header& header, std::span<const std::byte> plaintext, std::string_view source) {

@@ -1,7 +1,7 @@
 // Loading to GPU memory. Suite "host" (no GPU): the plan (whole tensors packed, large ones cut at
 // cipher-chunk multiples, 256-byte device offsets) and dtype mapping. Suite "gpu" (needs a device):
 // encrypted files, filtered loads, many small tensors, tensors larger than the whole ring, corrupt
-// data, safetensors and bounded pinned memory. Suite "reference" (needs a device and the reference
+// data and stored CRC32s (checked on the device or the host), safetensors and bounded pinned memory. Suite "reference" (needs a device and the reference
 // vectors): device bytes equal the reference manifests. Without what they need, those suites are
 // skipped (exit 77) before any case runs.
 #include "tz/engine/device_load.hpp"
@@ -256,6 +256,17 @@ void check_floats(const tz::device_tensors& t, std::size_t base_bytes) {
   }
 }
 
+// Flips a bit of tensor i's stored CRC32, its data untouched: its SHA-256 still matches.
+void corrupt_stored_crc(std::vector<std::byte>& bytes, std::size_t i) {
+  tz::scheduler sched{1};
+  auto l = tz::loader::open(sched, std::make_shared<tz::memory_source>(bytes, "crc")).value();
+  const auto& e = l.index().tensors.at(i);
+  const auto header = std::span<const std::byte>(bytes).subspan(e.header_offset, e.data_offset - e.header_offset);
+  auto h = tz::format::parse_tensor_header(header, l.index().header, e, "crc").value();
+  for (const auto& sh : h.hashes)
+    if (sh.kind == tz::format::hash_kind::crc32) bytes[e.header_offset + sh.value_offset] ^= std::byte{1};
+}
+
 tz::format::decryption reference_key() {
   auto m = read_json(vectors_dir() + "/encrypted.manifest.json");
   auto key = tz::crypto::secret_key::from_hex(std::string(m.at("encryption").at("key_hex").as_string())).value();
@@ -393,6 +404,38 @@ TEST_SUITE("gpu") {
     CHECK(t.error().message.find("t1") != std::string::npos);
     o.verify = false;
     CHECK(ok(g.load(src, {}, o)));  // unverified, the same file loads
+  }
+
+  TEST_CASE("a stored CRC32 that differs fails a verified load, whether the GPU or the host takes the CRC32s") {
+    gpu g;
+    // Whole tensors packed into 64 KiB slots, and tensors of 3 MiB split over 1 MiB slots.
+    for (std::size_t base : {std::size_t{1000}, std::size_t{3} << 20}) {
+      CAPTURE(base);
+      const std::size_t count = base < 4096 ? 20 : 3;
+      auto good = std::make_shared<tz::memory_source>(write_floats(count, base), "mem-crc-good");
+      auto bytes = write_floats(count, base);
+      corrupt_stored_crc(bytes, 1);
+      auto bad = std::make_shared<tz::memory_source>(std::move(bytes), "mem-crc-bad");
+      for (bool on_device : {true, false}) {
+        CAPTURE(on_device);
+        tz::device_load_options o;
+        o.verify = true;
+        o.crc_on_device = on_device;
+        o.slot_count = 4;
+        o.slot_bytes = base < 4096 ? 64 << 10 : 1 << 20;
+        auto t = g.load(good, {}, o);
+        REQUIRE(ok(t));
+        check_floats(*t, base);
+        auto failed = g.load(bad, {}, o);
+        REQUIRE_FALSE(failed.has_value());
+        CHECK(failed.error().code == tz::errc::hash_mismatch);
+        CHECK(failed.error().message.find("'t1'") != std::string::npos);
+        CHECK(failed.error().message.find("CRC32") != std::string::npos);
+        CHECK(failed.error().message.find("mem-crc-bad") != std::string::npos);
+        o.verify = false;
+        CHECK(ok(g.load(bad, {}, o)));  // unverified, the same file loads
+      }
+    }
   }
 
   TEST_CASE("a safetensors file loads to the device") {

@@ -54,6 +54,11 @@ struct device_load_options : load_common_options {
   // (those are of the plaintext, checked on the host); otherwise the workers decrypt, as for host
   // loads. A chunk whose MAC fails the load with the host path's error; its bytes stay ciphertext.
   bool decrypt_on_device = true;
+  // Verified loads: take each tensor's CRC32 on the GPU, behind its copies, so that the host's
+  // cores hash only SHA-256 (on an H100 host the CRC32 was about a tenth of the hashing work).
+  // Applies when the build has the CRC32 kernels or emulates them (not the null build); the
+  // CRC32s are read back and compared after the last copy, with the host path's error.
+  bool crc_on_device = true;
   // The slots a load with these options uses.
   std::size_t slots() const noexcept {
     return slot_count != 0 ? slot_count : verify ? verified_slot_count : default_slot_count;

@@ -148,9 +148,13 @@ result<void> verify_tensor(const tensor_header& header, std::span<const std::byt
 
 // Checks a tensor's stored hashes against the CRC32 and SHA-256 of its hash input (the header's
 // hash prefix followed by the plaintext data), computed by the caller in any way it likes (e.g.
-// CRC32 per piece, combined). Same failures as verify_tensor.
-result<void> check_tensor_hashes(const tensor_header& header, std::uint32_t crc, const sha256_digest& sha,
-                                 std::string_view source);
+// CRC32 per piece, combined). A hash passed as nullopt is not checked here (the caller checks it
+// elsewhere: a device load's CRC32 on the GPU). Same failures as verify_tensor.
+result<void> check_tensor_hashes(const tensor_header& header, std::optional<std::uint32_t> crc,
+                                 const std::optional<sha256_digest>& sha, std::string_view source);
+
+// Whether the tensor stores a CRC32 (hash_type 0).
+bool has_crc32(const tensor_header& header) noexcept;
 
 // Incremental form of verify_tensor for data that arrives in pieces, in order.
 class tensor_verifier {

@@ -1,0 +1,58 @@
+// Private to engine/: a verified device load's CRC32 on the GPU. The workers hash only SHA-256
+// (the CRC32 is a tenth of the hashing work, and the bytes are on the device anyway); the device
+// sink launches the CRC32 kernels (tz/cuda/crc32.hpp) behind each range's copy, one result per
+// data piece. After the last copy the results are read back, joined per tensor with its header's
+// hash prefix in data order (crc32_combine) and compared with the stored CRC32: a mismatch fails
+// the load with the error the host path gives.
+#pragma once
+
+#include "pipeline.hpp"
+
+#include "tz/cuda/cuda.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tz {
+
+class device_crc {
+ public:
+  // Device memory for one result per data piece of `plan`. Errors as cuda::alloc_device.
+  static result<std::unique_ptr<device_crc>> create(int device, const load_plan& plan);
+
+  // The work to run behind range r's copies: the CRC32 of each of its data pieces, which lie at
+  // device_base + tensor_offsets[tensor] + data_begin_bytes. Reserves the range's results now.
+  result<cuda::after_copies_fn> crc_for(const load_range& r, std::byte* device_base,
+                                        std::span<const std::uint64_t> tensor_offsets);
+
+  // Once every copy and launch has completed: reads the results back and checks each selected
+  // tensor that stores a CRC32 (its header from p.headers, which a load with pipeline::crc_on_device
+  // keeps), in file order; the first mismatch is returned as format::check_tensor_hashes words it.
+  result<void> check(const pipeline& p) const;
+
+ private:
+  device_crc(cuda::device_buffer results, std::uint64_t capacity) noexcept
+      : results_(std::move(results)), capacity_(capacity) {}
+  std::uint32_t* results() const noexcept { return static_cast<std::uint32_t*>(results_.data()); }
+
+  // Where one piece's result went.
+  struct piece_result {
+    std::uint32_t tensor = 0;
+    std::uint64_t data_begin_bytes = 0;
+    std::uint64_t length_bytes = 0;
+    std::uint64_t result = 0;  // index into the results
+  };
+
+  cuda::device_buffer results_;
+  std::uint64_t capacity_ = 0;
+  std::atomic<std::uint64_t> next_{0};
+  mutable std::mutex mutex_;
+  std::vector<piece_result> pieces_;
+};
+
+}  // namespace tz
