@@ -14,7 +14,7 @@ py312=${TZ_PY312:-/root/.pyenv/versions/3.12.1/bin/python}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib" "$out/ours/tensorizer" "$out/whl"
 
-bins=(tensorizer gpu_load_bench c_load_bench cuda_test device_load_test api_test secretbox_gpu_test)
+bins=(tensorizer gpu_load_bench c_load_bench cuda_test device_load_test api_test secretbox_gpu_test crc32_gpu_test)
 cmake --build "$build" --target "${bins[@]}" tensorizer_shared
 for b in "${bins[@]}"; do strip --strip-debug -o "$out/bin/$b" "$build/bin/$b"; done
 # libtensorizer under its soname (what c_load_bench and api_test ask the loader for).

@@ -14,7 +14,7 @@ ln -sf libsodium.so.23 /tmp/pylib/libsodium.so  # libnacl (tensorizer 2.11.1) as
 export LD_LIBRARY_PATH=$bundle/lib
 cd "$(mktemp -d)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
-for t in cuda_test device_load_test api_test secretbox_gpu_test; do
+for t in cuda_test device_load_test api_test secretbox_gpu_test crc32_gpu_test; do
   timeout 120 "$bundle/bin/$t" --test-suite-exclude=reference,reference_2121,http >"$out/$t.log" 2>&1
   echo "$t: exit $? ($(grep -E '^\[doctest\] (test cases|assertions)' "$out/$t.log" | tr '\n' ' '))"
 done
