@@ -7,11 +7,12 @@
 #include "tz/cuda/cuda.hpp"
 #include "tz/cuda_emulation.hpp"
 
+#include "test_bytes.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,12 +25,6 @@ namespace {
 constexpr std::size_t kib = 1024;
 constexpr std::size_t mib = 1024 * kib;
 
-std::vector<std::byte> random_bytes(std::size_t size, std::uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::vector<std::byte> out(size);
-  for (auto& b : out) b = static_cast<std::byte>(gen() >> 56);
-  return out;
-}
 
 // A clean emulated context before and after each case, even a failed one.
 struct emulation_case {
@@ -77,7 +72,7 @@ hashed upload_and_hash(std::span<const std::byte> host, device_buffer& dst, cons
 TEST_CASE("launch_crc32 behind an upload gives the library CRC of every job, unaligned, over several batches") {
   emulation_case scope;
   {
-    const auto host = random_bytes(3 * mib + 64, 1);
+    const auto host = tz::test::pattern(3 * mib + 64, 1);
     auto dst = alloc_device(0, host.size());
     REQUIRE(dst.has_value());
     const auto* base = static_cast<const std::byte*>(dst->data());
@@ -126,7 +121,7 @@ TEST_CASE("null results, or a job with bytes at a null address, are refused nami
 TEST_CASE("a job whose bytes are not device memory faults the stream, as the kernel would on a GPU") {
   emulation_case scope;
   {
-    const auto host = random_bytes(4 * kib, 2);
+    const auto host = tz::test::pattern(4 * kib, 2);
     auto dst = alloc_device(0, host.size());
     REQUIRE(dst.has_value());
     // Host memory passed as a device address: the launch is accepted, the kernel's read faults.

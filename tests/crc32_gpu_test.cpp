@@ -4,6 +4,8 @@
 #include "tz/cuda/crc32.hpp"
 #include "tz/cuda/cuda.hpp"
 
+#include "test_bytes.hpp"
+
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
@@ -24,12 +26,6 @@ constexpr std::size_t kib = 1024;
 constexpr std::size_t mib = 1024 * kib;
 const std::size_t size_classes[] = {0, 1, 7, 15, 16, 17, 4095, 4096, 4097, 8191, mib - 1, mib, mib + 1, 3 * mib + 5};
 
-bytes random_bytes(std::size_t size, std::uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  bytes out(size);
-  for (auto& b : out) b = static_cast<std::uint8_t>(gen() >> 56);
-  return out;
-}
 
 void check_cuda(cudaError_t rc) { REQUIRE_MESSAGE(rc == cudaSuccess, cudaGetErrorString(rc)); }
 
@@ -88,7 +84,7 @@ void check_all(const bytes& host, const std::vector<placed_job>& placed) {
 }
 
 TEST_CASE("every size class hashes in one launch, at aligned and unaligned addresses") {
-  const bytes host = random_bytes(9 * mib + 64, 1);
+  const bytes host = tz::test::pattern<std::uint8_t>(9 * mib + 64, 1);
   std::mt19937_64 gen(2);
   std::vector<std::size_t> sizes(std::begin(size_classes), std::end(size_classes));
   for (int i = 0; i < 20; ++i) sizes.push_back(gen() % (9 * mib + 1));
@@ -101,7 +97,7 @@ TEST_CASE("every size class hashes in one launch, at aligned and unaligned addre
 }
 
 TEST_CASE("150 jobs cross three batches; empty jobs give 0, at a null address too") {
-  const bytes host = random_bytes(2 * mib + 64, 3);
+  const bytes host = tz::test::pattern<std::uint8_t>(2 * mib + 64, 3);
   std::vector<placed_job> placed;
   for (std::size_t i = 0; i < 150; ++i) {
     const std::size_t size = i % 10 == 0 ? 0 : (i * 104729) % (2 * mib);

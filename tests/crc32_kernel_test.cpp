@@ -4,6 +4,8 @@
 #include "crc32_math.hpp"
 #include "tz/crypto/hash.hpp"
 
+#include "test_bytes.hpp"
+
 #include <doctest/doctest.h>
 #include <zlib.h>
 
@@ -19,12 +21,6 @@ using namespace tz::cuda::crc;
 constexpr std::uint64_t kib = 1024;
 constexpr std::uint64_t mib = 1024 * kib;
 
-std::vector<std::uint8_t> random_bytes(std::size_t size, std::uint64_t seed) {
-  std::mt19937_64 gen(seed);
-  std::vector<std::uint8_t> out(size);
-  for (auto& b : out) b = static_cast<std::uint8_t>(gen() >> 56);
-  return out;
-}
 
 std::uint32_t library_crc(const std::uint8_t* data, std::size_t size) {
   return tz::crc32(std::as_bytes(std::span(data, size)));
@@ -74,7 +70,7 @@ TEST_CASE("the byte update gives the standard CRC-32, and slicing-by-8 gives the
   const std::uint8_t check[] = {'1', '2', '3', '4', '5', '6', '7', '8', '9'};
   CHECK(~update_bytes(host_tables, ~0U, check, sizeof check) == 0xCBF43926U);  // the CRC-32 check value
   CHECK(~update_slice8(host_tables, ~0U, check, sizeof check) == 0xCBF43926U);
-  const auto data = random_bytes(4 * kib, 3);
+  const auto data = tz::test::pattern<std::uint8_t>(4 * kib, 3);
   std::mt19937 gen(3);
   for (std::size_t offset = 0; offset < 8; ++offset) {
     for (std::size_t size : {0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1000, 4000}) {
@@ -113,7 +109,7 @@ TEST_CASE("the spans cover a job from its first byte, one thread each, 1 MiB per
 TEST_CASE("the kernel's decomposition gives the library CRC for every size class at offsets 0..17") {
   constexpr std::size_t offsets = 18;
   const std::uint64_t sizes[] = {0, 1, 7, 15, 16, 17, 4095, 4096, 4097, 8191, mib - 1, mib, mib + 1, 3 * mib + 5};
-  const auto buffer = random_bytes(9 * mib + offsets, 4);
+  const auto buffer = tz::test::pattern<std::uint8_t>(9 * mib + offsets, 4);
   for (const std::uint64_t size : sizes) {
     for (std::size_t offset = 0; offset < offsets; ++offset) {
       CAPTURE(size);

@@ -1,4 +1,4 @@
-// Deterministic pseudo-random bytes for tests of sources and caches (a different stream per seed).
+// Deterministic pseudo-random bytes for tests (a different stream per seed).
 #pragma once
 
 #include <cstddef>
@@ -7,12 +7,14 @@
 
 namespace tz::test {
 
-inline std::vector<std::byte> pattern(std::size_t n, unsigned seed = 1) {
-  std::vector<std::byte> v(n);
+// Bytes as std::byte, or as std::uint8_t where the code under test takes unsigned char pointers.
+template <class Byte = std::byte>
+std::vector<Byte> pattern(std::size_t n, unsigned seed = 1) {
+  std::vector<Byte> v(n);
   std::uint32_t x = seed * 2654435761u + 1;
   for (auto& b : v) {
     x = x * 1664525u + 1013904223u;
-    b = static_cast<std::byte>(x >> 24);
+    b = static_cast<Byte>(x >> 24);
   }
   return v;
 }
