@@ -10,8 +10,6 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
-#include <fstream>
-#include <iterator>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,11 +36,7 @@ inline std::vector<std::byte> write_floats(std::size_t count, std::size_t base_b
     REQUIRE(w->write(t).has_value());
   }
   REQUIRE(w->close().has_value());
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(c.size());
-  std::memcpy(out.data(), c.data(), c.size());
-  return out;
+  return read_file(path);
 }
 
 // True when `got` holds exactly tensor i of a write_floats model.

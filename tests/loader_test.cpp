@@ -29,14 +29,6 @@ namespace {
 
 std::string vectors_dir() { return tz_test::vectors_dir().string(); }
 
-std::vector<std::byte> slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(c.size());
-  std::memcpy(out.data(), c.data(), c.size());
-  return out;
-}
-
 // header_offset -> sha256 hex of the tensor's bytes, from a reference manifest.
 std::map<std::uint64_t, std::string> manifest_hashes(const std::string& path) {
   std::ifstream in(path);
@@ -72,7 +64,7 @@ std::vector<std::byte> make_tensors_file(const std::string& path, std::size_t co
     REQUIRE(writer->write(t).has_value());
   }
   REQUIRE(writer->close().has_value());
-  return slurp(path);
+  return tz_test::read_file(path);
 }
 
 // Expected bytes of tensor i of make_tensors_file (the model of float_model.hpp).
@@ -233,7 +225,7 @@ TEST_CASE("multi-chunk encrypted tensors load whatever the range cuts, and a fli
     }
   }
   // One flipped ciphertext byte in the middle chunk of t0: the load fails naming tensor and chunk.
-  auto bytes = slurp(path);
+  auto bytes = tz_test::read_file(path);
   const auto t0 = tz::loader::open(sched, tz::file_source::open(path).value()).value().index().tensors.front();
   bytes[t0.data_offset + (2u << 20) + 5] ^= std::byte{1};
   {

@@ -14,14 +14,6 @@
 
 namespace {
 
-std::vector<std::byte> slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> out(c.size());
-  std::memcpy(out.data(), c.data(), c.size());
-  return out;
-}
-
 std::byte pattern(std::size_t tensor, std::size_t k) { return static_cast<std::byte>((k * 131 + tensor * 17 + k / 251) & 0xff); }
 
 // A .tensors file of uint8 tensors of the given shapes (bytes follow pattern()), encrypted with
@@ -45,7 +37,7 @@ std::vector<std::byte> make_file(const std::vector<std::vector<std::uint64_t>>& 
     REQUIRE(w.write(t).has_value());
   }
   REQUIRE(w.close().has_value());
-  return slurp(path);
+  return tz_test::read_file(path);
 }
 
 // Loads rank r's parts of `plan` into a flat buffer at their flat offsets; returns bytes read.

@@ -4,6 +4,7 @@
 #include "tz/crypto/hash.hpp"
 
 #include "requirements.hpp"
+#include "temp_dir.hpp"
 
 #include <doctest/doctest.h>
 
@@ -47,13 +48,6 @@ struct temp_dir {
     return out;
   }
 };
-
-std::vector<std::byte> read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto* p = reinterpret_cast<const std::byte*>(text.data());
-  return {p, p + text.size()};
-}
 
 void write_text(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
@@ -206,7 +200,7 @@ TEST_CASE("a written file round-trips every dtype, including 0-d and zero-size t
   CHECK(dir.entries() == std::vector<std::string>{"all.safetensors"});
   const auto index = read_safetensors_index(path);
   REQUIRE(index.has_value());
-  const auto file = read_file(path);
+  const auto file = tz_test::read_file(path);
   CHECK(index->data_offset_bytes() % 8 == 0);
   CHECK(index->metadata == metadata);
   CHECK(plan_safetensors(tensors, metadata)->file_bytes == file.size());
@@ -261,7 +255,7 @@ TEST_CASE("the writer refuses bad tensors and leaves the destination untouched")
   }
   const std::vector<st_write_tensor> good = {{"w", "F32", {1}, four}};
   CHECK(write_safetensors(path, good, {{"k", "1"}, {"k", "2"}}).error().message.find("twice") != std::string::npos);
-  CHECK(text_of(read_file(path)) == "old");
+  CHECK(text_of(tz_test::read_file(path)) == "old");
   CHECK(dir.entries() == std::vector<std::string>{"out.safetensors"});
 }
 
@@ -291,7 +285,7 @@ TEST_CASE("a failed write removes its temporary file and keeps the old file") {
     std::signal(SIGXFSZ, old_handler);
     REQUIRE_FALSE(r.has_value());
     CHECK(r.error().code == tz::errc::io);
-    CHECK(text_of(read_file(path)) == "old");
+    CHECK(text_of(tz_test::read_file(path)) == "old");
     CHECK(dir.entries() == std::vector<std::string>{"out.safetensors"});
   }
   SUBCASE("a missing directory fails before anything is written") {
@@ -465,7 +459,7 @@ TEST_CASE("files written by python safetensors parse, and ours are byte-identica
     const auto path = dir.path / name;
     const auto index = read_safetensors_index(path.string());
     REQUIRE(index.has_value());
-    const auto file = read_file(path);
+    const auto file = tz_test::read_file(path);
     REQUIRE(index->tensors.size() == expected.tensors.size());
     std::vector<st_write_tensor> again;
     for (const auto& t : index->tensors) {
@@ -482,7 +476,7 @@ TEST_CASE("files written by python safetensors parse, and ours are byte-identica
     // Python orders a metadata map of two or more entries at random; ours has at most one.
     const auto copy = dir.path / ("ours_" + name);
     REQUIRE(write_safetensors(copy.string(), again, index->metadata).has_value());
-    CHECK(read_file(copy) == file);
+    CHECK(tz_test::read_file(copy) == file);
   }
 }
 

@@ -3,6 +3,8 @@
 #include "tz/cuda/cuda.hpp"
 #include "tz/cuda/secretbox.hpp"
 
+#include "test_bytes.hpp"
+
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
 #include <sodium.h>
@@ -23,16 +25,6 @@ using nonce_bytes = std::array<std::uint8_t, 24>;
 
 constexpr std::size_t mib2 = 2 * 1024 * 1024;
 const std::size_t lengths[] = {0, 1, 15, 16, 17, 63, 64, 65, 1023, 1024, 4096 + 5, mib2 - 1, mib2};
-
-bytes pattern(std::size_t size, std::uint32_t seed) {
-  bytes out(size);
-  std::uint32_t x = seed * 2654435761U + 1;
-  for (auto& b : out) {
-    x = x * 1664525U + 1013904223U;
-    b = static_cast<std::uint8_t>(x >> 24);
-  }
-  return out;
-}
 
 void check_cuda(cudaError_t rc) { REQUIRE_MESSAGE(rc == cudaSuccess, cudaGetErrorString(rc)); }
 
@@ -87,7 +79,7 @@ std::vector<std::uint8_t> open_on_gpu(std::vector<chunk>& chunks, const bytes& k
 
 chunk seal(std::size_t size, std::uint32_t seed, const bytes& key, const nonce_bytes& nonce) {
   chunk c;
-  c.plain = pattern(size, seed);
+  c.plain = tz::test::pattern<std::uint8_t>(size, seed);
   c.sealed.resize(size);
   c.nonce = nonce;
   REQUIRE(crypto_secretbox_detached(c.sealed.data(), c.mac.data(), c.plain.data(), size, nonce.data(), key.data()) ==
@@ -113,13 +105,13 @@ std::vector<chunk> seal_tensor(std::size_t count, std::size_t chunk_size, std::s
 }
 
 TEST_CASE("every chunk-size class opens in one launch, aligned and unaligned") {
-  const bytes key = pattern(32, 1);
+  const bytes key = tz::test::pattern<std::uint8_t>(32, 1);
   for (const std::size_t misalign : {std::size_t{0}, std::size_t{3}, std::size_t{8}}) {
     std::vector<chunk> chunks;
     std::size_t offset = 0;
     for (const std::size_t length : lengths) {
       nonce_bytes nonce{};
-      const bytes n = pattern(24, static_cast<std::uint32_t>(length));
+      const bytes n = tz::test::pattern<std::uint8_t>(24, static_cast<std::uint32_t>(length));
       std::copy(n.begin(), n.end(), nonce.begin());
       chunks.push_back(seal(length, static_cast<std::uint32_t>(length) + 5, key, nonce));
       chunks.back().offset = offset + misalign;
@@ -136,7 +128,7 @@ TEST_CASE("every chunk-size class opens in one launch, aligned and unaligned") {
 }
 
 TEST_CASE("a tensor of 40 chunks with carrying nonces opens over three batches") {
-  const bytes key = pattern(32, 2);
+  const bytes key = tz::test::pattern<std::uint8_t>(32, 2);
   auto chunks = seal_tensor(40, 65536, 777, 0, key);
   const auto flags = open_on_gpu(chunks, key);
   for (std::size_t i = 0; i < chunks.size(); ++i) {
@@ -147,7 +139,7 @@ TEST_CASE("a tensor of 40 chunks with carrying nonces opens over three batches")
 }
 
 TEST_CASE("tampered chunks get flag 0 and keep their ciphertext; the others open") {
-  const bytes key = pattern(32, 3);
+  const bytes key = tz::test::pattern<std::uint8_t>(32, 3);
   auto chunks = seal_tensor(4, mib2, 12345, 0, key);
   chunks[1].sealed[mib2 - 1] ^= 0x80;  // the last byte of a full chunk
   chunks[3].mac[0] ^= 0x01;
@@ -160,7 +152,7 @@ TEST_CASE("tampered chunks get flag 0 and keep their ciphertext; the others open
   CHECK(chunks[3].sealed == sealed3);
   // A wrong key fails every chunk.
   auto again = seal_tensor(2, 4096, 100, 0, key);
-  CHECK(open_on_gpu(again, pattern(32, 4)) == std::vector<std::uint8_t>{0, 0});
+  CHECK(open_on_gpu(again, tz::test::pattern<std::uint8_t>(32, 4)) == std::vector<std::uint8_t>{0, 0});
 }
 
 TEST_CASE("null device pointers with work to do are refused before anything is enqueued") {
@@ -187,7 +179,7 @@ double seconds_per_round(int rounds, const std::function<void()>& round) {
 }
 
 TEST_CASE("reports the time of opening 4 MiB batches") {
-  const bytes key = pattern(32, 5);
+  const bytes key = tz::test::pattern<std::uint8_t>(32, 5);
   auto chunks = seal_tensor(2, mib2, mib2, 0, key);
   void* arena = nullptr;
   void* pristine = nullptr;

@@ -1,6 +1,8 @@
 // The GPU secretbox arithmetic (cuda/secretbox_math.hpp) run on the host and checked against libsodium.
 #include "secretbox_math.hpp"
 
+#include "test_bytes.hpp"
+
 #include <doctest/doctest.h>
 #include <sodium.h>
 
@@ -17,16 +19,6 @@ using bytes = std::vector<std::uint8_t>;
 constexpr std::uint64_t mib2 = 2 * 1024 * 1024;
 // Every length class: empty, under one block, block edges, keystream-block edges, many blocks, 2 MiB.
 const std::uint64_t lengths[] = {0, 1, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1023, 1024, 4096 + 5, mib2 - 1, mib2};
-
-bytes pattern(std::uint64_t size, std::uint32_t seed) {
-  bytes out(size);
-  std::uint32_t x = seed * 2654435761U + 1;
-  for (auto& b : out) {
-    x = x * 1664525U + 1013904223U;
-    b = static_cast<std::uint8_t>(x >> 24);
-  }
-  return out;
-}
 
 void require_sodium() { REQUIRE(sodium_init() >= 0); }
 
@@ -129,8 +121,8 @@ std::vector<bool> emulate_kernels(std::vector<sealed_chunk>& batch, const std::u
 
 TEST_CASE("the XSalsa20 keystream matches crypto_stream_xsalsa20, also past block 2^32") {
   require_sodium();
-  const bytes key = pattern(32, 1);
-  const bytes nonce = pattern(24, 2);
+  const bytes key = tz::test::pattern<std::uint8_t>(32, 1);
+  const bytes nonce = tz::test::pattern<std::uint8_t>(24, 2);
   bytes expected(64 * 5);
   crypto_stream_xsalsa20(expected.data(), expected.size(), nonce.data(), key.data());
   std::uint32_t subkey[8];
@@ -152,8 +144,8 @@ TEST_CASE("the XSalsa20 keystream matches crypto_stream_xsalsa20, also past bloc
 
 TEST_CASE("a chunk's Poly1305 key is the first 32 keystream bytes") {
   require_sodium();
-  const bytes key = pattern(32, 3);
-  const bytes nonce = pattern(24, 4);
+  const bytes key = tz::test::pattern<std::uint8_t>(32, 3);
+  const bytes nonce = tz::test::pattern<std::uint8_t>(24, 4);
   std::uint8_t stream[32];
   crypto_stream_xsalsa20(stream, sizeof stream, nonce.data(), key.data());
   const chunk_key k = derive_chunk_key(key.data(), nonce.data());
@@ -166,8 +158,8 @@ TEST_CASE("Poly1305 in lanes equals crypto_onetimeauth_poly1305 for every length
   require_sodium();
   const std::uint64_t lane_counts[] = {1, 2, 3, 7, 32, 256, 1000, 4096, 16384};
   for (const std::uint64_t length : lengths) {
-    bytes message = pattern(length, static_cast<std::uint32_t>(length));
-    const bytes key = pattern(32, static_cast<std::uint32_t>(length) + 9);
+    bytes message = tz::test::pattern<std::uint8_t>(length, static_cast<std::uint32_t>(length));
+    const bytes key = tz::test::pattern<std::uint8_t>(32, static_cast<std::uint32_t>(length) + 9);
     std::array<std::uint8_t, 16> expected{};
     crypto_onetimeauth_poly1305(expected.data(), data_of(message), message.size(), key.data());
     const poly_key k = to_poly_key(key.data());
@@ -235,13 +227,13 @@ TEST_CASE("the launch shape gives a 2 MiB chunk 16 CTAs of lanes and caps longer
 
 TEST_CASE("the kernels' decomposition opens every chunk-size class that crypto_secretbox_detached sealed") {
   require_sodium();
-  const bytes key = pattern(32, 5);
+  const bytes key = tz::test::pattern<std::uint8_t>(32, 5);
   std::vector<sealed_chunk> batch;
   for (const std::uint64_t length : lengths) {
     std::array<std::uint8_t, 24> nonce{};
-    const bytes n = pattern(24, static_cast<std::uint32_t>(length) + 77);
+    const bytes n = tz::test::pattern<std::uint8_t>(24, static_cast<std::uint32_t>(length) + 77);
     std::copy(n.begin(), n.end(), nonce.begin());
-    batch.push_back(seal(pattern(length, static_cast<std::uint32_t>(length) + 1), key.data(), nonce));
+    batch.push_back(seal(tz::test::pattern<std::uint8_t>(length, static_cast<std::uint32_t>(length) + 1), key.data(), nonce));
   }
   // One launch per length, as well as all of them in one launch (the shape of the longest).
   for (auto& chunk : batch) {
@@ -260,9 +252,9 @@ TEST_CASE("the kernels' decomposition opens every chunk-size class that crypto_s
 
 TEST_CASE("a whole tensor: chunks with carrying nonces, a partial last chunk, one tampered chunk") {
   require_sodium();
-  const bytes key = pattern(32, 6);
+  const bytes key = tz::test::pattern<std::uint8_t>(32, 6);
   constexpr std::uint64_t chunk_size = 4096;
-  const bytes tensor = pattern(5 * chunk_size + 1000, 8);
+  const bytes tensor = tz::test::pattern<std::uint8_t>(5 * chunk_size + 1000, 8);
   std::array<std::uint8_t, 24> initial{};
   initial.fill(0xff);  // +1 already carries through all 24 bytes
   initial[0] = 0xfd;

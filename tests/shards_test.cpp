@@ -7,6 +7,8 @@
 #include "tz/format/writer.hpp"
 #include "tz/backends/memory_source.hpp"
 
+#include "temp_dir.hpp"
+
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -243,15 +245,8 @@ TEST_CASE("a shard that is not safetensors, a broken shard and empty directories
 TEST_CASE("a read failing inside a shard names that shard and its own offset") {
   temp_dir d;
   write_shards(d.path, {{0, 1}, {2, 3}});
-  auto slurp = [](const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::vector<char> c((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::vector<std::byte> out(c.size());
-    std::memcpy(out.data(), c.data(), c.size());
-    return out;
-  };
-  auto first = std::make_shared<tz::memory_source>(slurp(d.path / "model-00001-of-00002.safetensors"), "memory one");
-  auto second = std::make_shared<tz::memory_source>(slurp(d.path / "model-00002-of-00002.safetensors"), "memory two");
+  auto first = std::make_shared<tz::memory_source>(tz_test::read_file(d.path / "model-00001-of-00002.safetensors"), "memory one");
+  auto second = std::make_shared<tz::memory_source>(tz_test::read_file(d.path / "model-00002-of-00002.safetensors"), "memory two");
   tz::scheduler sched(2);
   auto l = tz::loader::open_shards(sched, "two in memory", {{"one", first}, {"two", second}});
   REQUIRE(l.has_value());

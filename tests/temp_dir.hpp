@@ -1,18 +1,31 @@
 // A fresh directory of one test under the system's temporary directory ($TMPDIR, else /tmp), removed
 // with everything in it when the object goes. Tests write only there, never into the source or build
-// tree, so their binaries run from any directory on any machine.
+// tree, so their binaries run from any directory on any machine. Also: reading a file's bytes back.
 #pragma once
 
 #include <doctest/doctest.h>
 
 #include <stdlib.h>
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <vector>
 
 namespace tz_test {
+
+// A whole file's bytes (empty when it cannot be read: the caller's checks then fail).
+inline std::vector<std::byte> read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(chars.size());
+  if (!chars.empty()) std::memcpy(out.data(), chars.data(), chars.size());
+  return out;
+}
 
 struct temp_dir {
   std::filesystem::path path;
