@@ -16,6 +16,17 @@ namespace tz::py {
 
 namespace {
 
+// A "dltensor" capsule owning t until a consumer renames it "used_dltensor"; an unused capsule
+// runs the tensor's deleter itself.
+pyb::capsule dltensor_capsule(cuda::managed_tensor_ptr t) {
+  return pyb::capsule(t.release(), "dltensor", [](PyObject* cap) {
+    if (PyCapsule_IsValid(cap, "dltensor")) {
+      auto* p = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
+      if (p && p->deleter) p->deleter(p);
+    }
+  });
+}
+
 struct reader_handle {
   std::shared_ptr<scheduler> sched;
   std::shared_ptr<source_handle> source;  // null once closed
@@ -264,23 +275,25 @@ void register_reader(pyb::module_& m) {
           pyb::arg("i"))
       .def(
           "dlpack",
-          [](const std::shared_ptr<loaded_handle>& h, std::size_t i) {
+          [](const std::shared_ptr<loaded_handle>& h, std::size_t i, bool typed) -> pyb::object {
             if (!h->device) throw pyb::value_error("dlpack(): this load is in host memory; use buffer()");
             if (i >= h->device->size()) throw pyb::index_error("dlpack(): position out of range");
+            if (typed) {
+              // The tensor's own dtype and shape: the consumer needs no view and no reshape (a
+              // tenth of the wrapping time per tensor). None where DLPack has no such dtype.
+              auto t = h->device->to_dlpack(i);
+              if (!t) return pyb::none();
+              return dltensor_capsule(std::move(*t));
+            }
             const std::int64_t n = static_cast<std::int64_t>(h->device->size_bytes(i));
             const std::int64_t shape[] = {n};
             auto t = take(cuda::to_dlpack_cuda(h->device->data(i), h->device->device(), DLDataType{kDLUInt, 8, 1},
                                                shape, std::shared_ptr<void>(h, h.get())));
-            // The capsule owns the tensor until a consumer renames it "used_dltensor"; an unused
-            // capsule runs the tensor's deleter itself.
-            return pyb::capsule(t.release(), "dltensor", [](PyObject* cap) {
-              if (PyCapsule_IsValid(cap, "dltensor")) {
-                auto* p = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
-                if (p && p->deleter) p->deleter(p);
-              }
-            });
+            return dltensor_capsule(std::move(t));
           },
-          pyb::arg("i"));
+          pyb::arg("i"), pyb::arg("typed") = false,
+          "Tensor i as a DLPack capsule: its bytes as flat uint8, or typed=True its dtype and shape "
+          "(None when DLPack has no such dtype).");
 
   pyb::class_<reader_handle, std::shared_ptr<reader_handle>>(m, "Reader", "An opened .tensors or safetensors file.")
       .def(pyb::init([](std::shared_ptr<source_handle> source) {

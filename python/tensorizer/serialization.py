@@ -419,6 +419,21 @@ def _parse_torch_dtype(name: str) -> torch.dtype:
     return dtype
 
 
+def _device_tensor(loaded, pos: int, dtype: torch.dtype, shape: tuple) -> torch.Tensor:
+    """Tensor `pos` of a device load: its typed DLPack capsule as it is (no view, no reshape:
+    most of the wrapping time per tensor), or its bytes viewed as `dtype` where DLPack has no such
+    dtype (float8 travels as uint8) or torch reads the type code otherwise."""
+    capsule = loaded.dlpack(pos, typed=True)
+    if capsule is not None:
+        try:
+            t = torch.from_dlpack(capsule)
+        except (BufferError, RuntimeError, TypeError):
+            t = None
+        if t is not None and t.dtype == dtype:
+            return t
+    return torch.from_dlpack(loaded.dlpack(pos)).view(dtype).reshape(shape)
+
+
 def _entry_torch_dtype(entry) -> torch.dtype:
     key = (entry.numpy_dtype, entry.torch_dtype, bool(entry.opaque))
     dtype = _torch_dtype_cache.get(key)
@@ -1075,7 +1090,7 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
             if entry.deserialized_bytes == 0:
                 t = torch.empty(shape, dtype=dtype, device=target)
             elif on_device:
-                t = torch.from_dlpack(loaded.dlpack(pos)).view(dtype).reshape(shape)
+                t = _device_tensor(loaded, pos, dtype, shape)
             else:
                 t = torch.frombuffer(loaded.buffer(pos), dtype=torch.uint8)
                 t = t.view(dtype).reshape(shape)

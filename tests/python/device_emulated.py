@@ -92,6 +92,10 @@ def check_device_load(device, reader, loaded, want, expect_indices, label):
         e = entries[idx]
         try:
             got = hashlib.sha256(device.read(loaded.dlpack(pos), e.deserialized_bytes)).hexdigest()
+            # Typed: the reader refuses a capsule whose dtype and shape do not make up the tensor's size.
+            typed = loaded.dlpack(pos, typed=True)
+            if typed is None or hashlib.sha256(device.read(typed, e.deserialized_bytes)).hexdigest() != got:
+                got = "the typed capsule differs"
         except AssertionError as why:
             got = str(why)
         if got != want[e.display]:
@@ -145,15 +149,26 @@ def torch_on_the_emulation(torch, device):
     """Lends CPU torch the emulated device, for TensorDeserializer's device path (see the usage)."""
     saved = torch.cuda.is_available, torch.from_dlpack, torch.Tensor.to
 
+    # DLPack (type code, bits) -> torch dtype, for the typed capsules (dlpack(i, typed=True)).
+    dl_dtypes = {(0, 8): torch.int8, (0, 16): torch.int16, (0, 32): torch.int32, (0, 64): torch.int64,
+                 (1, 8): torch.uint8, (2, 16): torch.float16, (2, 32): torch.float32, (2, 64): torch.float64,
+                 (4, 16): torch.bfloat16, (5, 64): torch.complex64, (5, 128): torch.complex128, (6, 8): torch.bool}
+
     def from_dlpack(capsule):
         managed = device.pointer(capsule, b"dltensor")
         # DLTensor: data, device (2 x int32), ndim (int32), dtype (uint8, uint8, uint16), shape* ...
         ndim = ctypes.c_int32.from_address(managed + 16).value
-        shape = ctypes.cast(ctypes.c_void_p.from_address(managed + 24).value, ctypes.POINTER(ctypes.c_int64))
-        size = 1
-        for d in range(ndim):
-            size *= shape[d]
-        return torch.frombuffer(bytearray(device.read(capsule, size)), dtype=torch.uint8)
+        code = ctypes.c_uint8.from_address(managed + 20).value
+        bits = ctypes.c_uint8.from_address(managed + 21).value
+        shape_at = ctypes.cast(ctypes.c_void_p.from_address(managed + 24).value, ctypes.POINTER(ctypes.c_int64))
+        shape = [shape_at[d] for d in range(ndim)]
+        dtype = dl_dtypes.get((code, bits))
+        if dtype is None:  # as torch does for a type code it does not read
+            raise BufferError(f"from_dlpack (emulated): no torch dtype for DLPack code {code}, {bits} bits")
+        size = bits // 8
+        for d in shape:
+            size *= d
+        return torch.frombuffer(bytearray(device.read(capsule, size)), dtype=torch.uint8).view(dtype).reshape(shape)
 
     def to(self, *args, **kwargs):
         target = kwargs.get("device", args[0] if args else None)
@@ -191,6 +206,30 @@ def run_deserializer(_C, device, tool, work):
     with torch_on_the_emulation(torch, device):
         check_trace(lambda path: TensorDeserializer(plain, device="cuda:0", trace_file=path).close(), work,
                     "TensorDeserializer(device='cuda:0', trace_file=...)")
+    check_dtypes(torch, device, work)
+
+
+def check_dtypes(torch, device, work):
+    """Every dtype family through the device path: the typed capsules DLPack can type, and float8
+    (exported as uint8 of its shape) through the flat bytes, viewed by the dtype name."""
+    from tensorizer import TensorDeserializer, TensorSerializer
+
+    original = {"f8": torch.arange(16, dtype=torch.float32).to(torch.float8_e4m3fn).reshape(4, 4),
+                "bool": torch.tensor([True, False, True]), "i64": torch.arange(6, dtype=torch.int64).reshape(2, 3),
+                "bf16": torch.arange(8, dtype=torch.bfloat16).reshape(2, 2, 2), "c64": torch.ones(3, dtype=torch.complex64),
+                "u8": torch.arange(5, dtype=torch.uint8), "f64": torch.linspace(0, 1, 7, dtype=torch.float64)}
+    path = os.path.join(work, "dtypes.tensors")
+    s = TensorSerializer(path)
+    s.write_state_dict(original)
+    s.close()
+    with torch_on_the_emulation(torch, device):
+        with TensorDeserializer(path, device="cuda:0", verify_hash=True) as d:
+            got = {k: v.detach().clone() for k, v in d.items()}
+    bad = [k for k, v in original.items() if k not in got or got[k].dtype != v.dtype or got[k].shape != v.shape
+           or not torch.equal(got[k].view(torch.uint8), v.view(torch.uint8))]
+    check(not bad, f"dtypes through the device path: {bad} differ in dtype, shape or bytes")
+    if not bad:
+        print(f"dtypes through the device path: {sorted(original)} equal the originals")
 
 
 def main():
