@@ -185,10 +185,10 @@ def engine_reference(a, path, verify=False):
     for key, pat in [("limit", r"^limit\s+([\d.]+)"), ("bound", r"bound min\(limit, that\) ([\d.]+)"),
                      ("pipe", r"^pipe\s+([\d.]+)"), ("steady", r"^warm ring\s+([\d.]+)"),
                      ("fresh_ctx", r"^fresh ctx\s+([\d.]+)"), ("hash_limit", r"^hash\s+([\d.]+)"),
-                     ("host_crc", r"^host CRC32\s+([\d.]+)")]:
+                     ("host_crc", r"^host CRC32\s+([\d.]+)"), ("sha_limit", r"^sha\s+([\d.]+)")]:
         m = re.search(pat, out, re.M)
         if m:
-            ref[key + ("_verified" if verify and key != "hash_limit" else "")] = float(m.group(1))
+            ref[key + ("_verified" if verify and key not in ("hash_limit", "sha_limit") else "")] = float(m.group(1))
     return ref
 
 
@@ -299,13 +299,15 @@ def med(xs):
 def report(a, ref, rows, digests):
     steady = ref.get("steady", float("nan"))
     print(f"\n== GPU table: {a.size_mib} MiB, medians; first = first load in a fresh process, later = loads after it ==")
-    for k in ("limit", "bound", "pipe", "steady", "fresh_ctx", "hash_limit", "steady_verified", "host_crc_verified"):
+    for k in ("limit", "bound", "pipe", "steady", "fresh_ctx", "hash_limit", "sha_limit", "steady_verified", "host_crc_verified"):
         if k in ref:
             print(f"  {k:<10} {ref[k]:7.2f} GB/s")
     hash_limit = ref.get("hash_limit", float("nan"))
-    print(f"  {'loader':<30} {'first':>7} {'later':>7}  first/steady later/steady  later/hash-limit (verified)")
+    sha_limit = ref.get("sha_limit", float("nan"))
+    print(f"  {'loader':<30} {'first':>7} {'later':>7}  first/steady later/steady  later/hash-limit later/sha-limit"
+          " (verified)")
     for name, first, later in rows:
-        vs_hash = f"{med(later) / hash_limit:17.3f}" if "verified" in name else ""
+        vs_hash = f"{med(later) / hash_limit:17.3f} {med(later) / sha_limit:15.3f}" if "verified" in name else ""
         print(f"  {name:<30} {med(first):7.2f} {med(later):7.2f}  {med(first) / steady:11.3f} {med(later) / steady:12.3f}"
               f"{vs_hash}")
     groups = {}

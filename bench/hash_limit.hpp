@@ -7,6 +7,7 @@
 //          whichever thread is free, so the CRC pieces fill the gaps the long SHA jobs leave.
 //   fused: one job per tensor, largest first; each 256 KiB block goes through CRC-32 and SHA-256
 //          while it is in cache (the data is read from memory once).
+// And SHA-256 alone (hash_sha256_only): what the host hashes when the GPU takes the CRC32s.
 // Each run recomputes and checks every stored hash, so the limit measures the real work.
 #pragma once
 
@@ -146,6 +147,24 @@ inline hash_results hash_fused(const std::vector<hashed_tensor>& tensors, unsign
     r.sha[order[j]] = sha.finish();
   });
   return r;
+}
+
+// SHA-256 alone, one job per tensor, largest first: the host's share of a verified device load
+// whose CRC32s run on the GPU (device_load_options::crc_on_device). Returns how many tensors'
+// SHA-256 differ from the stored one.
+inline std::size_t hash_sha256_only(const std::vector<hashed_tensor>& tensors, unsigned threads) {
+  const auto order = largest_first(tensors);
+  std::atomic<std::size_t> bad{0};
+  run_jobs(order.size(), threads, [&](std::size_t j) {
+    const auto& t = tensors[order[j]];
+    sha256_hasher sha;
+    sha.update(t.prefix);
+    sha.update(t.data);
+    const sha256_digest d = sha.finish();
+    for (const auto& s : t.stored)
+      if (s.kind == format::hash_kind::sha256 && !std::equal(s.value.begin(), s.value.end(), d.begin(), d.end())) ++bad;
+  });
+  return bad.load();
 }
 
 }  // namespace tz::bench
