@@ -8,22 +8,11 @@
 
 namespace tz {
 
-namespace {
-
-std::uint64_t data_piece_count(const load_plan& plan) {
+std::uint64_t device_crc::bytes_for(const load_plan& plan) noexcept {
   std::uint64_t n = 0;
   for (const auto& r : plan.ranges)
     for (const auto& piece : r.pieces) n += piece.what == plan_piece::kind::data ? 1 : 0;
-  return n;
-}
-
-}  // namespace
-
-result<std::unique_ptr<device_crc>> device_crc::create(int device, const load_plan& plan) {
-  const std::uint64_t capacity = data_piece_count(plan);
-  // At least one word: a load of data-less tensors still checks their headers' CRC32s.
-  TZ_TRY(results, cuda::alloc_device(device, std::max<std::uint64_t>(capacity, 1) * sizeof(std::uint32_t)));
-  return std::unique_ptr<device_crc>(new device_crc(std::move(results), capacity));
+  return n * sizeof(std::uint32_t);
 }
 
 result<cuda::after_copies_fn> device_crc::crc_for(const load_range& r, std::byte* device_base,
@@ -51,7 +40,7 @@ result<cuda::after_copies_fn> device_crc::crc_for(const load_range& r, std::byte
 result<void> device_crc::check(const pipeline& p) const {
   const std::uint64_t used = next_.load();
   std::vector<std::uint32_t> host(used);
-  if (used != 0) TZ_CHECK(cuda::download(results_, 0, std::as_writable_bytes(std::span(host))));
+  if (used != 0) TZ_CHECK(cuda::download(*buffer_, offset_, std::as_writable_bytes(std::span(host))));
   std::vector<piece_result> pieces;
   {
     std::lock_guard lock(mutex_);

@@ -16,14 +16,21 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tz {
 
 class device_crc {
  public:
-  // Device memory for one result per data piece of `plan`. Errors as cuda::alloc_device.
-  static result<std::unique_ptr<device_crc>> create(int device, const load_plan& plan);
+  // The device bytes the results of `plan` take: a 4-byte word per data piece.
+  static std::uint64_t bytes_for(const load_plan& plan) noexcept;
+
+  // Results at `offset_bytes` (4-byte aligned) of `buffer`, the load's own allocation: no
+  // allocation of its own, so no cudaFree (which waits for every stream of the device, other
+  // loads' copies included) at the end of a verified load.
+  device_crc(std::shared_ptr<cuda::device_buffer> buffer, std::uint64_t offset_bytes, const load_plan& plan) noexcept
+      : buffer_(std::move(buffer)), offset_(offset_bytes), capacity_(bytes_for(plan) / sizeof(std::uint32_t)) {}
 
   // The work to run behind range r's copies: the CRC32 of each of its data pieces, which lie at
   // device_base + tensor_offsets[tensor] + data_begin_bytes. Reserves the range's results now.
@@ -36,9 +43,9 @@ class device_crc {
   result<void> check(const pipeline& p) const;
 
  private:
-  device_crc(cuda::device_buffer results, std::uint64_t capacity) noexcept
-      : results_(std::move(results)), capacity_(capacity) {}
-  std::uint32_t* results() const noexcept { return static_cast<std::uint32_t*>(results_.data()); }
+  std::uint32_t* results() const noexcept {
+    return reinterpret_cast<std::uint32_t*>(static_cast<std::byte*>(buffer_->data()) + offset_);
+  }
 
   // Where one piece's result went.
   struct piece_result {
@@ -48,7 +55,8 @@ class device_crc {
     std::uint64_t result = 0;  // index into the results
   };
 
-  cuda::device_buffer results_;
+  std::shared_ptr<cuda::device_buffer> buffer_;
+  std::uint64_t offset_ = 0;
   std::uint64_t capacity_ = 0;
   std::atomic<std::uint64_t> next_{0};
   mutable std::mutex mutex_;

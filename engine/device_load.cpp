@@ -74,17 +74,19 @@ class device_destination {
  private:
   static result<made> make(cuda::uploader& up, const pipeline& p, const device_layout& layout, load_trace* trace) {
     const auto t0 = pipeline_clock::now();
-    TZ_TRY(buffer, cuda::alloc_device(up.device(), layout.bytes));
+    // A verified load's CRC32 results follow the tensors in the same allocation (layout.bytes is
+    // a multiple of device_align_bytes, so they are aligned).
+    const std::uint64_t crc_bytes = p.crc_on_device ? device_crc::bytes_for(p.plan) : 0;
+    if (crc_bytes > UINT64_MAX - layout.bytes)  // shapes alone (meta tensors) can make layout.bytes huge
+      return make_error(errc::unsupported, p.source->name() + ": the load would need more than 2^64 device bytes");
+    TZ_TRY(buffer, cuda::alloc_device(up.device(), layout.bytes + crc_bytes));
     made out{std::make_shared<cuda::device_buffer>(std::move(buffer)), {}, seconds_of(nanoseconds_since(t0))};
-    if (trace) trace->span("allocate device memory", t0, pipeline_clock::now(), -1, 0, layout.bytes);
+    if (trace) trace->span("allocate device memory", t0, pipeline_clock::now(), -1, 0, layout.bytes + crc_bytes);
     if (p.decrypt_on_device) {
       TZ_TRY(opener, device_opener::create(up, p.selected));
       out.opener = std::move(opener);
     }
-    if (p.crc_on_device) {
-      TZ_TRY(crc, device_crc::create(up.device(), p.plan));
-      out.crc = std::move(crc);
-    }
+    if (p.crc_on_device) out.crc = std::make_shared<device_crc>(out.buffer, layout.bytes, p.plan);
     TZ_TRY(tickets, zero_meta(up, p.selected, *out.buffer, layout));
     for (auto& t : tickets) out.fills.push_back(std::make_shared<cuda::upload_ticket>(std::move(t)));
     return out;
