@@ -8,11 +8,4 @@ target_include_directories(crc32_kernel_test PRIVATE ${PROJECT_SOURCE_DIR}/cuda)
 # tz_cuda_emulated is defined in tests/cuda_emulation.cmake.
 tz_add_doctest(crc32_emulation_test SOURCES crc32_emulation_test.cpp LIBS tz_cuda_emulated tz::crypto)
 
-if(TZ_HAVE_CUDA)
-  # Its own main: the skip is decided before any case runs.
-  add_executable(crc32_gpu_test crc32_gpu_test.cpp)
-  target_link_libraries(crc32_gpu_test PRIVATE doctest::doctest tz::cuda CUDA::cudart tz::crypto)
-  tz_target_defaults(crc32_gpu_test)
-  add_test(NAME crc32_gpu_test COMMAND crc32_gpu_test)
-  set_tests_properties(crc32_gpu_test PROPERTIES SKIP_RETURN_CODE 77)
-endif()
+tz_add_gpu_test(crc32_gpu_test SOURCES crc32_gpu_test.cpp LIBS tz::crypto)

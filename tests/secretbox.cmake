@@ -4,11 +4,4 @@
 tz_add_doctest(secretbox_test SOURCES secretbox_test.cpp LIBS PkgConfig::SODIUM)
 target_include_directories(secretbox_test PRIVATE ${PROJECT_SOURCE_DIR}/cuda)
 
-if(TZ_HAVE_CUDA)
-  # Its own main: the skip is decided before any case runs.
-  add_executable(secretbox_gpu_test secretbox_gpu_test.cpp)
-  target_link_libraries(secretbox_gpu_test PRIVATE doctest::doctest tz::cuda CUDA::cudart PkgConfig::SODIUM)
-  tz_target_defaults(secretbox_gpu_test)
-  add_test(NAME secretbox_gpu_test COMMAND secretbox_gpu_test)
-  set_tests_properties(secretbox_gpu_test PROPERTIES SKIP_RETURN_CODE 77)
-endif()
+tz_add_gpu_test(secretbox_gpu_test SOURCES secretbox_gpu_test.cpp LIBS PkgConfig::SODIUM)
