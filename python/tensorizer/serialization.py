@@ -408,7 +408,7 @@ def _restructure(flat: Iterable[Tuple[_Path, Any]], as_proxies: bool):
 # dtypes (format/FORMAT.md §7.1)
 
 _INT_OF_SIZE = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-_torch_dtype_cache: Dict[Tuple[str, str, bool], torch.dtype] = {}
+_torch_dtype_cache: Dict[str, torch.dtype] = {}
 
 
 def _parse_torch_dtype(name: str) -> torch.dtype:
@@ -435,7 +435,10 @@ def _device_tensor(loaded, pos: int, dtype: torch.dtype, shape: tuple) -> torch.
 
 
 def _entry_torch_dtype(entry) -> torch.dtype:
-    key = (entry.numpy_dtype, entry.torch_dtype, bool(entry.opaque))
+    # Keyed by the stored dtype string, which alone decides the numpy part, the torch part and
+    # opacity (safetensors entries carry the tensorizer string of their dtype): one field read per
+    # tensor on the load's hot path instead of three.
+    key = entry.dtype
     dtype = _torch_dtype_cache.get(key)
     if dtype is None:
         if entry.opaque:
@@ -1082,20 +1085,22 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         if verify:
             self._check_replaced_hashes(loaded.indices)
         on_device = dev >= 0
-        entries = self._entries
+        entries, cache, span = self._entries, self._cache, 0
+        # Per tensor, on every load: kept to a few field reads (each a call into _C) and the
+        # wrapping itself, a few microseconds a tensor that Python adds to the engine's load.
         for pos, idx in enumerate(loaded.indices):
             entry = entries[idx]
             dtype = _entry_torch_dtype(entry)
-            shape = tuple(entry.shape)
             if entry.deserialized_bytes == 0:
-                t = torch.empty(shape, dtype=dtype, device=target)
+                t = torch.empty(entry.shape, dtype=dtype, device=target)
             elif on_device:
-                t = _device_tensor(loaded, pos, dtype, shape)
+                t = _device_tensor(loaded, pos, dtype, entry.shape)
             else:
                 t = torch.frombuffer(loaded.buffer(pos), dtype=torch.uint8)
-                t = t.view(dtype).reshape(shape)
-            self._cache[idx] = self._to_parameter(t, target)
-            self._bytes_read += entry.data_offset + entry.data_length - entry.header_offset
+                t = t.view(dtype).reshape(entry.shape)
+            cache[idx] = self._to_parameter(t, target, on_target=on_device)
+            span += entry.data_offset + entry.data_length - entry.header_offset
+        self._bytes_read += span
 
     @property
     def _file_flags(self) -> _FileFeatureFlags:
@@ -1190,18 +1195,16 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
             for k, v in loaded.timings.items():
                 self._timings[k] = self._timings.get(k, 0.0) + float(v)
 
-    def _to_parameter(self, t: torch.Tensor, target: torch.device) -> torch.nn.Parameter:
-        if (
-            self._dtype is not None
-            and t.dtype.is_floating_point
-            and t.dtype != self._dtype
-        ):
+    def _to_parameter(self, t: torch.Tensor, target: torch.device, on_target: bool = False) -> torch.nn.Parameter:
+        """`t` as a Parameter on `target`, cast to the deserializer's dtype if floating point;
+        on_target: `t` is known to be on `target` already (a device load's tensor)."""
+        dtype = t.dtype
+        if self._dtype is not None and dtype.is_floating_point and dtype != self._dtype:
             t = t.to(dtype=self._dtype)
-        if t.device != target:
+            dtype = t.dtype
+        if not on_target and t.device != target:
             t = t.to(device=target)
-        return torch.nn.Parameter(
-            t, requires_grad=t.dtype.is_floating_point or t.dtype.is_complex
-        )
+        return torch.nn.Parameter(t, requires_grad=dtype.is_floating_point or dtype.is_complex)
 
     # -- mapping -----------------------------------------------------------------------------
 
@@ -1227,8 +1230,11 @@ class TensorDeserializer(collections.abc.Mapping, contextlib.AbstractContextMana
         except (KeyError, TypeError):
             raise KeyError(f"Tensor {name} not found") from None
         if not isinstance(node, dict):
-            self._load([node], self._verify_hash)
-            return self._cache[node]
+            t = self._cache.get(node)
+            if t is None:  # not loaded yet (lazy)
+                self._load([node], self._verify_hash)
+                t = self._cache[node]
+            return t
         leaves = self._leaves_under(node)
         self._load(leaves, self._verify_hash)
         plen = 1
