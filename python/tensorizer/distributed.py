@@ -150,13 +150,22 @@ def _exchange_status(group, error: Optional[str], fingerprint: int) -> None:
 
 _exchanges = 0  # status exchanges this process has entered: every rank counts alike
 _ARRIVAL_WAIT_S = 5.0
+# How long the store's host (global rank 0), after a failed exchange, waits for the ranks that
+# reached it to read the finding. A rank notices a dead peer only when a neighbour in the
+# collective's ring drops its connection, so it may start looking one wait after the first.
+_HOST_STAYS_S = 2 * _ARRIVAL_WAIT_S
 
 
 def _arrival(group, rank: int):
     """Marks this rank's arrival at the status exchange in the default group's store, and returns
     a function that, after a failed collective, lists the ranks that have not arrived within
     _ARRIVAL_WAIT_S (a dead rank never does), so the error can name them. None where the store
-    is not reachable (a private torch API: best effort)."""
+    is not reachable (a private torch API: best effort).
+
+    The first rank to finish waiting posts its finding (the verdict), which ranks that notice the
+    failure later take at once. The store lives in global rank 0: before that rank goes on to
+    raise (and its process, often, to exit), it waits up to _HOST_STAYS_S for every rank that
+    arrived to have read the verdict, so that none is left without the store to name the rank."""
     global _exchanges
     _exchanges += 1
     try:
@@ -167,14 +176,13 @@ def _arrival(group, rank: int):
         return None
 
     def missing(world: int) -> List[int]:
-        deadline = time.monotonic() + _ARRIVAL_WAIT_S
+        members = [_global_rank(group, r) for r in range(world)]
         unseen = list(range(world))
         try:
-            while unseen:
-                unseen = [r for r in unseen if not store.check([prefix + str(_global_rank(group, r))])]
-                if not unseen or time.monotonic() >= deadline:
-                    break
-                time.sleep(0.05)
+            _find_unseen(store, prefix, members, unseen)
+            store.set(prefix + "named/" + str(members[rank]), "1")
+            if dist.get_rank() == 0:
+                _host_stays(store, prefix, [members[r] for r in range(world) if r not in unseen])
         except Exception:
             # The store's host (rank 0) has gone, after its own wait: the ranks seen so far are
             # those it saw too. Without rank 0 itself having been seen, nothing can be said.
@@ -183,6 +191,34 @@ def _arrival(group, rank: int):
         return unseen
 
     return missing
+
+
+def _find_unseen(store, prefix: str, members: List[int], unseen: List[int]) -> None:
+    """Narrows `unseen` (group ranks) to those that have not arrived: another rank's verdict if
+    one is posted, else those not seen within _ARRIVAL_WAIT_S, then posted as the verdict. Raises
+    where the store fails, with `unseen` holding what was seen by then."""
+    deadline = time.monotonic() + _ARRIVAL_WAIT_S
+    while True:
+        if store.check([prefix + "verdict"]):
+            text = store.get(prefix + "verdict").decode()
+            unseen[:] = [int(r) for r in text.split(",") if r]
+            return
+        unseen[:] = [r for r in unseen if not store.check([prefix + str(members[r])])]
+        if not unseen or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    store.set(prefix + "verdict", ",".join(str(r) for r in unseen))
+
+
+def _host_stays(store, prefix: str, arrived: List[int]) -> None:
+    """The store's host: returns once every rank in `arrived` (global ranks) has read the
+    verdict, or after _HOST_STAYS_S."""
+    deadline = time.monotonic() + _HOST_STAYS_S
+    waiting = list(arrived)
+    while waiting and time.monotonic() < deadline:
+        waiting = [r for r in waiting if not store.check([prefix + "named/" + str(r)])]
+        if waiting:
+            time.sleep(0.05)
 
 
 def report_failure(group, error: BaseException) -> None:
