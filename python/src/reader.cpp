@@ -243,9 +243,10 @@ std::pair<std::shared_ptr<scheduler>, const loader*> reader_loader(pyb::handle r
   return {r.sched, &*r.opened};
 }
 
-void register_reader(pyb::module_& m) {
-  register_entry(m);
+namespace {
 
+// _C.Block and _C.Loaded: one load's memory and views of it.
+void register_loaded(pyb::module_& m) {
   pyb::class_<block, std::shared_ptr<block>>(m, "Block", pyb::buffer_protocol(),
                                              "A writable byte view of one loaded tensor (keeps the load alive).")
       .def_buffer([](block& b) {
@@ -295,7 +296,13 @@ void register_reader(pyb::module_& m) {
           "Tensor i as a DLPack capsule: its bytes as flat uint8, or typed=True its dtype and shape "
           "(None when DLPack has no such dtype).");
 
-  pyb::class_<reader_handle, std::shared_ptr<reader_handle>>(m, "Reader", "An opened .tensors or safetensors file.")
+}
+
+// _C.Reader's opening and what it tells of the opened model.
+using reader_class = pyb::class_<reader_handle, std::shared_ptr<reader_handle>>;
+
+reader_class register_reader_class(pyb::module_& m) {
+  return reader_class(m, "Reader", "An opened .tensors or safetensors file.")
       .def(pyb::init([](std::shared_ptr<source_handle> source) {
              auto r = std::make_shared<reader_handle>();
              r->sched = source->sched;
@@ -344,9 +351,13 @@ void register_reader(pyb::module_& m) {
             pyb::list out(index.tensors.size());
             for (std::size_t i = 0; i < index.tensors.size(); ++i) out[i] = pyb::cast(entry_info{index.tensors[i], i});
             return out;
-          })
-      .def("module_indices", &module_indices,
-           "Each tensor's module index, from its header (one small read per tensor; 0 for safetensors).")
+          });
+}
+
+// _C.Reader's loads.
+void add_reader_loads(reader_class& c) {
+  c.def("module_indices", &module_indices,
+        "Each tensor's module index, from its header (one small read per tensor; 0 for safetensors).")
       .def(
           "load",
           [](reader_handle& r, std::optional<std::vector<std::size_t>> which, bool verify, unsigned readers,
@@ -372,6 +383,15 @@ void register_reader(pyb::module_& m) {
            })
       .def_property_readonly("closed", [](const reader_handle& r) { return !r.source; })
       .def("__repr__", [](const reader_handle& r) { return "<tensorizer._C.Reader " + r.name + ">"; });
+}
+
+}  // namespace
+
+void register_reader(pyb::module_& m) {
+  register_entry(m);
+  register_loaded(m);
+  auto reader = register_reader_class(m);
+  add_reader_loads(reader);
 }
 
 }  // namespace tz::py

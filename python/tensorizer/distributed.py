@@ -237,10 +237,6 @@ def _fingerprint(entries, indices: Sequence[int]) -> int:
     return h
 
 
-class _Skip(Exception):
-    pass
-
-
 # ---- partitioned loads -----------------------------------------------------------------------
 
 
@@ -289,51 +285,13 @@ def load_partitioned(
     stats: Dict[str, float] = {"read_bytes": 0, "share_bytes": 0, "data_bytes": 0, "load_s": 0.0, "status_s": 0.0,
                                "fanout_s": 0.0}
     t0 = time.perf_counter()
-    share = flat = mine = gathered = None
-    most = 1
-    begin, lo, hi, flat_of = [0] * (world + 1), 0, 0, {}
-    try:
-        if error is not None or not indices:  # failed already, or nothing to partition
-            raise _Skip()
-        plan = _C.plan_partition(
-            reader, world, indices, whole_tensors=bool(verify),
-            align=CIPHER_CHUNK_BYTES if reader.encrypted else PLAIN_ALIGN_BYTES,
-        )
-        begin = plan["begin"]
-        flat_of = dict(zip(plan["tensors"], plan["flat_offset"]))
-        lo, hi = begin[rank], begin[rank + 1]
-        if device.type == "cpu" and fanout == "broadcast":
-            # Host memory: the share lands in its place in the flat buffer, no staging copy.
-            flat = torch.empty(max(begin[world], 1), dtype=torch.uint8)
-            share = flat[lo : max(hi, lo + 1)]
-        else:
-            share = _host_buffer(hi - lo, device.type == "cuda")
-        extents = [(i, b, n, flat_of[i] + b - lo) for i, b, n in plan["parts"][rank]]
-        got = _C.load_extents(reader, extents, share.numpy(), verify=verify, readers=readers, decryption=decryption)
-        stats["read_bytes"] = got["read_bytes"]
-        stats["share_bytes"] = hi - lo
-        stats["data_bytes"] = begin[world]
-        # Everything local to this rank (device memory, the copy of the share into it) happens
-        # before the status exchange, so that its failure (out of memory, say) is reported too
-        # rather than leaving the other ranks waiting in a collective.
-        total = begin[world]
-        if fanout == "broadcast":
-            if flat is None:
-                flat = torch.empty(max(total, 1), dtype=torch.uint8, device=device)
-                if hi > lo:
-                    flat[lo:hi].copy_(share[: hi - lo], non_blocking=True)
-        else:  # one all-gather of equal (padded) per-rank buffers
-            most = max(1, max(begin[r + 1] - begin[r] for r in range(world)))
-            mine = torch.zeros(most, dtype=torch.uint8, device=device)
-            if hi > lo:
-                mine[: hi - lo].copy_(share[: hi - lo], non_blocking=True)
-            gathered = torch.empty(world * most, dtype=torch.uint8, device=device)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    except _Skip:
-        pass
-    except Exception as e:
-        error = f"{type(e).__name__}: {e}"
+    share = _Share(begin=[0] * (world + 1))
+    if error is None and indices:  # else failed already, or nothing to partition
+        try:
+            share = _read_share(reader, indices, rank, world, device, fanout, stats,
+                                verify=verify, readers=readers, decryption=decryption)
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
     stats["load_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     entries = reader.entries
@@ -341,29 +299,90 @@ def load_partitioned(
     stats["status_s"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
-    out: Dict[int, torch.Tensor] = {}
-    if begin[world] == 0:  # nothing stored: zero-size tensors only, or no tensors
+    if share.begin[world] == 0:  # nothing stored: zero-size tensors only, or no tensors
         return {i: torch.zeros(entries[i].deserialized_bytes, dtype=torch.uint8, device=device) for i in indices}, stats
+    place = _fan_out(share, group, rank, world, device, fanout)
+    stats["fanout_s"] = time.perf_counter() - t1
+    out: Dict[int, torch.Tensor] = {}
+    for i in indices:
+        n = entries[i].deserialized_bytes
+        out[i] = place(share.flat_of[i], n) if n else torch.empty(0, dtype=torch.uint8, device=device)
+    return out, stats
+
+
+@dataclasses.dataclass
+class _Share:
+    """A rank's part of a partitioned load, ready for the fan-out: where each rank's share begins
+    in the flat data (begin[world] = all of it), each tensor's flat offset, and the fan-out's
+    buffers (broadcast: `flat`, the whole data with this rank's share in place; all_gather:
+    `mine`, this share padded to `most` bytes, and `gathered`, world blocks of `most`)."""
+
+    begin: List[int]
+    flat_of: Dict[int, int] = dataclasses.field(default_factory=dict)
+    flat: Optional[torch.Tensor] = None
+    mine: Optional[torch.Tensor] = None
+    gathered: Optional[torch.Tensor] = None
+    most: int = 1
+
+
+def _read_share(reader, indices: List[int], rank: int, world: int, device: torch.device, fanout: str,
+                stats: Dict[str, float], *, verify: bool, readers: int, decryption) -> _Share:
+    """Plans the partition, reads this rank's share and places it in the fan-out's buffers on
+    `device`. Everything local to this rank (device memory, the copy of the share into it)
+    happens here, before the status exchange, so that its failure (out of memory, say) is
+    reported too rather than leaving the other ranks waiting in a collective."""
+    plan = _C.plan_partition(
+        reader, world, indices, whole_tensors=bool(verify),
+        align=CIPHER_CHUNK_BYTES if reader.encrypted else PLAIN_ALIGN_BYTES,
+    )
+    s = _Share(begin=plan["begin"], flat_of=dict(zip(plan["tensors"], plan["flat_offset"])))
+    lo, hi, total = s.begin[rank], s.begin[rank + 1], s.begin[world]
+    if device.type == "cpu" and fanout == "broadcast":
+        # Host memory: the share lands in its place in the flat buffer, no staging copy.
+        s.flat = torch.empty(max(total, 1), dtype=torch.uint8)
+        share = s.flat[lo : max(hi, lo + 1)]
+    else:
+        share = _host_buffer(hi - lo, device.type == "cuda")
+    extents = [(i, b, n, s.flat_of[i] + b - lo) for i, b, n in plan["parts"][rank]]
+    got = _C.load_extents(reader, extents, share.numpy(), verify=verify, readers=readers, decryption=decryption)
+    stats["read_bytes"] = got["read_bytes"]
+    stats["share_bytes"] = hi - lo
+    stats["data_bytes"] = total
+    if fanout == "broadcast":
+        if s.flat is None:
+            s.flat = torch.empty(max(total, 1), dtype=torch.uint8, device=device)
+            if hi > lo:
+                s.flat[lo:hi].copy_(share[: hi - lo], non_blocking=True)
+    else:  # one all-gather of equal (padded) per-rank buffers
+        s.most = max(1, max(s.begin[r + 1] - s.begin[r] for r in range(world)))
+        s.mine = torch.zeros(s.most, dtype=torch.uint8, device=device)
+        if hi > lo:
+            s.mine[: hi - lo].copy_(share[: hi - lo], non_blocking=True)
+        s.gathered = torch.empty(world * s.most, dtype=torch.uint8, device=device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return s
+
+
+def _fan_out(s: _Share, group, rank: int, world: int, device: torch.device, fanout: str):
+    """The collectives that give every rank all shares; returns place(flat offset, size), the
+    bytes of a tensor. DistributedLoadError where a collective fails (a rank died or timed out)."""
     try:
         if fanout == "broadcast":
+            flat, begin = s.flat, s.begin
             for r in range(world):
                 if begin[r + 1] > begin[r]:
                     dist.broadcast(flat[begin[r] : begin[r + 1]], src=_global_rank(group, r), group=group)
             place = lambda off, n: flat[off : off + n]  # noqa: E731
         else:
             gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # renamed in torch 2.1x
-            gather(gathered, mine, group=group)
-            place = lambda off, n: _assemble(gathered, begin, most, off, n)  # noqa: E731
+            gather(s.gathered, s.mine, group=group)
+            place = lambda off, n: _assemble(s.gathered, s.begin, s.most, off, n)  # noqa: E731
         if device.type == "cuda":
             torch.cuda.synchronize(device)
     except Exception as e:
         raise DistributedLoadError(f"rank {rank}: the fan-out failed (a rank died or timed out): {e}", cause=str(e)) from e
-    stats["fanout_s"] = time.perf_counter() - t1
-
-    for i in indices:
-        n = entries[i].deserialized_bytes
-        out[i] = place(flat_of[i], n) if n else torch.empty(0, dtype=torch.uint8, device=device)
-    return out, stats
+    return place
 
 
 def _assemble(gathered: torch.Tensor, begin: List[int], stride: int, off: int, n: int) -> torch.Tensor:
