@@ -4,7 +4,7 @@ tensorizer 2.11.1 (the system interpreter, a separate process), by our C++ CLI (
 --json`) and by safetensors (the file converted to .safetensors), into fresh memory with a warm page
 cache, on the CPU and, when torch sees a GPU, on CUDA.
 
-Each peer runs in its own subprocess (this script re-invoked with --worker under the peer's
+Each peer runs in its own subprocess (bench/python_load_worker.py under the peer's
 interpreter). By default every timed load runs in a fresh process, after warm-up loads of a small
 (8 MiB) file that start torch and the loader: that is a replica's first load, into memory no
 allocator has held before. (With --reuse-process a subprocess times --runs loads after one warm-up
@@ -25,8 +25,6 @@ Exit 77 (skip) when our package is not built (scripts/python_build.sh) or the CL
 from __future__ import annotations
 
 import argparse
-import gc
-import hashlib
 import json
 import os
 import shutil
@@ -34,189 +32,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+from python_load_worker import pretouch  # bench/ is this script's sys.path[0]
+
 REPO = Path(__file__).resolve().parents[1]
+WORKER = Path(__file__).resolve().parent / "python_load_worker.py"  # a peer's loads, in its own interpreter
 SKIP = 77
-
-
-# ------------------------------------------------------------------------------------------------
-# Worker side (runs under the peer's interpreter; imports only what that peer needs)
-
-
-def _digest(tensors: dict) -> str:
-    import torch
-
-    h = hashlib.sha256()
-    for name in sorted(tensors):
-        t = tensors[name].detach()
-        h.update(name.encode())
-        if t.numel():
-            h.update(t.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def _sync(device: str):
-    if device.startswith("cuda"):
-        import torch
-
-        torch.cuda.synchronize()
-
-
-def pretouch(nbytes: int) -> None:
-    """Writes to nbytes of new anonymous memory and unmaps it again.
-
-    This machine is a KVM guest whose virtio-balloon driver reports freed memory to the host
-    (free page reporting, order 9 = 2 MiB, about 2 s after the free); the host then drops its
-    backing, and the next first touch of those pages costs about 1.7 s per GiB on the host side -
-    whichever program touches them. Which loader meets such pages depends on what ran a few seconds
-    before it. Touching and freeing the memory just before a timed load hands every peer the same
-    kind of memory a bare-metal machine has: new to the process, backed by the host.
-    """
-    import ctypes
-    import mmap
-
-    if nbytes <= 0:
-        return
-    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(m, "madvise") and hasattr(mmap, "MADV_HUGEPAGE"):
-        m.madvise(mmap.MADV_HUGEPAGE)
-    view = (ctypes.c_char * nbytes).from_buffer(m)
-    ctypes.memset(view, 1, nbytes)
-    del view
-    m.close()
-
-
-def _time_loads(load, device: str, runs: int, warmup: int, digest: bool, warmup_load=None, pretouch_bytes=0):
-    """Calls load() -> dict name -> tensor warmup+runs times; returns per-run seconds and bytes.
-    Warm-up calls use warmup_load when given (a small file: initializes torch and the loader
-    without leaving the allocator holding the big file's memory)."""
-    seconds, nbytes, last_digest = [], 0, None
-    for i in range(warmup + runs):
-        gc.collect()
-        if i >= warmup:
-            pretouch(pretouch_bytes)
-        t0 = time.perf_counter()
-        tensors = (warmup_load or load)() if i < warmup else load()
-        _sync(device)
-        elapsed = time.perf_counter() - t0
-        nbytes = sum(t.nbytes for t in tensors.values())
-        if i >= warmup:
-            seconds.append(elapsed)
-        if digest and i == warmup + runs - 1:
-            last_digest = _digest(tensors)
-        del tensors
-    gc.collect()
-    return seconds, nbytes, last_digest
-
-
-def worker_tensorizer(args) -> list[dict]:
-    import tensorizer
-    from tensorizer import TensorDeserializer
-
-    results = []
-    for readers in args.readers.split(","):
-        num_readers = None if readers == "default" else int(readers)
-
-        def make_load(path):
-            def load():
-                d = TensorDeserializer(path, device=args.device, num_readers=num_readers)
-                tensors = dict(d.items())
-                d.close()
-                return tensors
-            return load
-
-        seconds, nbytes, digest = _time_loads(make_load(args.path), args.device, args.runs, args.warmup, args.digest,
-                                              make_load(args.warmup_path) if args.warmup_path else None,
-                                              args.pretouch)
-        results.append({
-            "how": f"TensorDeserializer(num_readers={readers})",
-            "version": getattr(tensorizer, "__version__", "?"),
-            "seconds": seconds, "bytes": nbytes, "digest": digest,
-        })
-    return results
-
-
-def worker_safetensors(args) -> list[dict]:
-    import safetensors
-    from safetensors.torch import load_file
-
-    def modes_for(path):
-        if args.device == "cpu":
-            # load_file's default backend maps the file lazily (no bytes read): copy them (clone), or
-            # read them with the pread backend.
-            return [('load_file(backend="pread")', lambda: load_file(path, device="cpu", backend="pread")),
-                    ("load_file (mmap) + clone", lambda: {k: v.clone() for k, v in load_file(path, device="cpu").items()})]
-        return [(f'load_file(device="{args.device}")', lambda: load_file(path, device=args.device))]
-
-    modes = modes_for(args.path)
-    warm = modes_for(args.warmup_path) if args.warmup_path else [(how, None) for how, _ in modes]
-    results = []
-    for i, ((how, load), (_, warmup_load)) in enumerate(zip(modes, warm)):
-        if args.only is not None and i != args.only:
-            continue
-        seconds, nbytes, digest = _time_loads(load, args.device, args.runs, args.warmup, args.digest, warmup_load,
-                                              args.pretouch)
-        results.append({"how": how, "version": safetensors.__version__, "seconds": seconds,
-                        "bytes": nbytes, "digest": digest})
-    return results
-
-
-def worker_probe(_args) -> list[dict]:
-    import importlib.util
-
-    info = {"python": sys.executable}
-    try:
-        import tensorizer
-
-        info["tensorizer_file"] = tensorizer.__file__
-        info["tensorizer_version"] = getattr(tensorizer, "__version__", "?")
-        info["ours"] = importlib.util.find_spec("tensorizer._C") is not None
-    except Exception as e:  # noqa: BLE001 - any import failure means "not usable"
-        info["tensorizer_error"] = f"{type(e).__name__}: {e}"
-    try:
-        import torch
-
-        info["torch"] = torch.__version__
-        info["cuda"] = bool(torch.cuda.is_available())
-    except Exception as e:  # noqa: BLE001
-        info["torch_error"] = f"{type(e).__name__}: {e}"
-    info["safetensors"] = importlib.util.find_spec("safetensors") is not None
-    return [info]
-
-
-def worker_convert(args) -> list[dict]:
-    """Fallback converter (.tensors -> .safetensors) when the CLI cannot: real/our tensorizer."""
-    from safetensors.torch import save_file
-    from tensorizer import TensorDeserializer
-
-    with TensorDeserializer(args.path, device="cpu") as d:
-        save_file({k: v.detach().contiguous() for k, v in d.items()}, args.out)
-    return [{}]
-
-
-WORKERS = {"tensorizer": worker_tensorizer, "safetensors": worker_safetensors,
-           "probe": worker_probe, "convert": worker_convert}
-
-
-def worker_main(argv):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--worker", choices=sorted(WORKERS), required=True)
-    ap.add_argument("--path")
-    ap.add_argument("--out")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="rounds of all peers, interleaved; medians are over all rounds' runs (default 3)")
-    ap.add_argument("--readers", default="default")
-    ap.add_argument("--warmup-path", default=None, help="file for the warm-up loads (default: --path)")
-    ap.add_argument("--only", type=int, default=None, help="safetensors: run only this mode")
-    ap.add_argument("--pretouch", type=int, default=0, help="bytes to touch and free before each timed load")
-    ap.add_argument("--digest", action="store_true")
-    args = ap.parse_args(argv)
-    print("RESULT " + json.dumps(WORKERS[args.worker](args)), flush=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -224,7 +46,7 @@ def worker_main(argv):
 
 
 def run_worker(python: str, kind: str, timeout: float, **kwargs) -> list[dict]:
-    cmd = [python, str(Path(__file__).resolve()), "--worker", kind]
+    cmd = [python, str(WORKER), "--worker", kind]
     for k, v in kwargs.items():
         if v is True:
             cmd.append(f"--{k.replace('_', '-')}")
@@ -284,7 +106,7 @@ def summarize(result: dict) -> dict:
             "min_gbps": min(gbps), "max_gbps": max(gbps)}
 
 
-def main(argv=None):
+def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--file", help="benchmark this .tensors file instead of generating one")
@@ -314,148 +136,188 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.smoke:
         args.size, args.runs, args.rounds, args.real_readers = 16, 2, 1, "1,2"
-    timeout = 120 if args.smoke else 1800
-    digest = not args.no_check
+    return args
 
-    # Absolute but not resolved: the venv's python is a symlink to the base interpreter, and only
-    # the venv path imports our package. Workers run with cwd=/.
-    ours_python = Path(os.path.abspath(args.ours_python))
-    args.cli = os.path.abspath(args.cli)
-    if not ours_python.exists():
-        print(f"SKIP: {ours_python} does not exist (run scripts/python_build.sh)")
-        return SKIP
-    ours_probe = run_worker(str(ours_python), "probe", timeout)[0]
-    if not ours_probe.get("ours") and not args.self_test:
-        print(f"SKIP: {ours_python} does not import our tensorizer: {ours_probe}")
-        return SKIP
-    real_python = args.real_python or venv_base_python(ours_python)
-    peers = set(args.peers.split(","))
-    real_probe = run_worker(real_python, "probe", timeout)[0] if real_python and "real" in peers else {}
-    real_ok = "real" in peers and bool(real_probe.get("tensorizer_file")) and not real_probe.get("ours")
-    cli = args.cli if Path(args.cli).exists() else None
-    run_cli_peer = cli is not None and "cli" in peers
 
-    tmp = None
-    if args.file:
-        path = os.path.abspath(args.file)
-    else:
-        if cli is None:
-            print(f"SKIP: {args.cli} not found (needed to generate the model: build the project)")
+class Bench:
+    """One benchmark run: the peers found, the files, and the results as the rounds add them."""
+
+    def __init__(self, args):
+        self.args = args
+        self.timeout = 120 if args.smoke else 1800
+        self.digest = not args.no_check
+        self.raw = {}  # (device, peer, how) -> result with the seconds of every round
+        self.notes = []
+        self.tmp = self.small_dir = None
+
+    def probe(self) -> int:
+        """Finds the peers; SKIP where ours is not built, else 0."""
+        args = self.args
+        # Absolute but not resolved: the venv's python is a symlink to the base interpreter, and
+        # only the venv path imports our package. Workers run with cwd=/.
+        self.ours_python = Path(os.path.abspath(args.ours_python))
+        args.cli = os.path.abspath(args.cli)
+        if not self.ours_python.exists():
+            print(f"SKIP: {self.ours_python} does not exist (run scripts/python_build.sh)")
             return SKIP
-        tmp = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="tz-pybench-"))
-        tmp.mkdir(parents=True, exist_ok=True)
-        path = str(tmp / f"synth-{args.size}MiB.tensors")
-        if not os.path.exists(path):
-            subprocess.run([cli, "synth", path, "--size-mib", str(args.size)], check=True,
-                           stdout=subprocess.DEVNULL, timeout=timeout)
-    # The warm-up file of the fresh-process mode: small, same code paths.
-    small_dir = Path(tempfile.mkdtemp(prefix="tz-pybench-warmup-"))
-    small, small_st = str(small_dir / "warmup.tensors"), str(small_dir / "warmup.safetensors")
-    if cli:
-        subprocess.run([cli, "synth", small, "--size-mib", "8"], check=True, stdout=subprocess.DEVNULL, timeout=timeout)
-        subprocess.run([cli, "convert", small, small_st], check=True, stdout=subprocess.DEVNULL, timeout=timeout)
-    else:
-        args.reuse_process = True
-    st_path = os.path.splitext(path)[0] + ".safetensors"
-    if not os.path.exists(st_path):
-        if cli:
-            subprocess.run([cli, "convert", path, st_path], check=True, stdout=subprocess.DEVNULL, timeout=timeout)
+        self.ours_probe = run_worker(str(self.ours_python), "probe", self.timeout)[0]
+        if not self.ours_probe.get("ours") and not args.self_test:
+            print(f"SKIP: {self.ours_python} does not import our tensorizer: {self.ours_probe}")
+            return SKIP
+        self.real_python = args.real_python or venv_base_python(self.ours_python)
+        self.peers = set(args.peers.split(","))
+        self.real_probe = (run_worker(self.real_python, "probe", self.timeout)[0]
+                           if self.real_python and "real" in self.peers else {})
+        self.real_ok = ("real" in self.peers and bool(self.real_probe.get("tensorizer_file"))
+                        and not self.real_probe.get("ours"))
+        self.cli = args.cli if Path(args.cli).exists() else None
+        self.run_cli_peer = self.cli is not None and "cli" in self.peers
+        self.st_python = self.real_python if self.real_probe.get("safetensors") else str(self.ours_python)
+        if not self.real_ok:
+            self.notes.append("real tensorizer not run" if "real" not in self.peers else
+                              f"real tensorizer unavailable ({self.real_python}: {self.real_probe})")
+        if not self.cli:
+            self.notes.append(f"C++ CLI not found at {args.cli}")
+        self.devices = ["cpu"]
+        if args.devices == "cuda":
+            self.devices = ["cuda"]
+        elif args.devices == "auto" and self.ours_probe.get("cuda"):
+            self.devices.append("cuda")
+        return 0
+
+    def _cli_run(self, *argv):
+        subprocess.run([self.cli, *argv], check=True, stdout=subprocess.DEVNULL, timeout=self.timeout)
+
+    def make_files(self) -> int:
+        """The model (generated unless --file), its safetensors copy and the small warm-up files;
+        SKIP where the model must be generated and the CLI is missing, else 0."""
+        args = self.args
+        if args.file:
+            self.path = os.path.abspath(args.file)
         else:
-            run_worker(str(ours_python), "convert", timeout, path=path, out=st_path)
+            if self.cli is None:
+                print(f"SKIP: {args.cli} not found (needed to generate the model: build the project)")
+                return SKIP
+            self.tmp = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="tz-pybench-"))
+            self.tmp.mkdir(parents=True, exist_ok=True)
+            self.path = str(self.tmp / f"synth-{args.size}MiB.tensors")
+            if not os.path.exists(self.path):
+                self._cli_run("synth", self.path, "--size-mib", str(args.size))
+        # The warm-up file of the fresh-process mode: small, same code paths.
+        self.small_dir = Path(tempfile.mkdtemp(prefix="tz-pybench-warmup-"))
+        self.small, self.small_st = str(self.small_dir / "warmup.tensors"), str(self.small_dir / "warmup.safetensors")
+        if self.cli:
+            self._cli_run("synth", self.small, "--size-mib", "8")
+            self._cli_run("convert", self.small, self.small_st)
+        else:
+            args.reuse_process = True
+        self.st_path = os.path.splitext(self.path)[0] + ".safetensors"
+        if not os.path.exists(self.st_path):
+            if self.cli:
+                self._cli_run("convert", self.path, self.st_path)
+            else:
+                run_worker(str(self.ours_python), "convert", self.timeout, path=self.path, out=self.st_path)
+        self.touch = 0 if args.no_pretouch or args.reuse_process else int(os.path.getsize(self.path) * 1.25)
+        return 0
 
-    devices = ["cpu"]
-    if args.devices == "cuda":
-        devices = ["cuda"]
-    elif args.devices == "auto" and ours_probe.get("cuda"):
-        devices.append("cuda")
+    def cleanup(self):
+        if self.small_dir is not None:
+            shutil.rmtree(self.small_dir, ignore_errors=True)
+        if self.tmp is not None and not self.args.workdir:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
-    touch = 0 if args.no_pretouch or args.reuse_process else int(os.path.getsize(path) * 1.25)
-    raw = {}  # (device, peer, how) -> result with the seconds of every round
-    notes = []
-
-    def add(device, peer, results):
+    def add(self, device, peer, results):
         for r in results:
             key = (device, peer, r["how"])
-            if key in raw:
-                raw[key]["seconds"] += r["seconds"]
-                raw[key]["digests"].add(r["digest"])
+            if key in self.raw:
+                self.raw[key]["seconds"] += r["seconds"]
+                self.raw[key]["digests"].add(r["digest"])
             else:
-                raw[key] = {**r, "seconds": list(r["seconds"]), "digests": {r["digest"]}}
+                self.raw[key] = {**r, "seconds": list(r["seconds"]), "digests": {r["digest"]}}
 
-    st_python = real_python if real_probe.get("safetensors") else str(ours_python)
-    if not real_ok:
-        notes.append("real tensorizer not run" if "real" not in peers else
-                     f"real tensorizer unavailable ({real_python}: {real_probe})")
-    if not cli:
-        notes.append(f"C++ CLI not found at {args.cli}")
-    try:
+    def _safetensors(self, row_device, **kwargs):
+        """safetensors' loads; kwargs go to its worker (`device` among them: "cuda:0", say)."""
+        warm_page_cache(self.st_path)
+        try:
+            self.add(row_device, "safetensors", run_worker(self.st_python, "safetensors", self.timeout,
+                                                       path=self.st_path, **kwargs))
+        except RuntimeError as e:
+            self.notes.append(f"safetensors failed: {e}")
+
+    def _real_runs_on(self, device) -> bool:
+        return self.real_ok and (device == "cpu" or bool(self.real_probe.get("cuda")))
+
+    def run_rounds(self):
         # Rounds interleave the peers, so a change in the machine's load hits all of them alike.
-        for _round in range(args.rounds):
-            for device in devices:
-                dev_arg = "cuda:0" if device == "cuda" else "cpu"
-                common = dict(device=dev_arg, runs=args.runs, warmup=args.warmup, digest=digest)
+        for _round in range(self.args.rounds):
+            for device in self.devices:
+                if self.args.reuse_process:
+                    self._reused_process_runs(device)
+                else:
+                    self._fresh_process_runs(device)
 
-                if args.reuse_process:
-                    # Several loads per process: after the first, allocators may hand back the
-                    # previous load's memory (glibc keeps freed chunks below its mmap threshold).
-                    warm_page_cache(path)
-                    add(device, "ours (Python)", run_worker(str(ours_python), "tensorizer", timeout, path=path,
-                                                            readers=args.ours_readers, **common))
-                    if run_cli_peer:
-                        warm_page_cache(path)
-                        add(device, "our C++ CLI", [run_cli(cli, path, dev_arg, args.runs, args.warmup, timeout)])
-                    if real_ok and (device == "cpu" or real_probe.get("cuda")):
-                        warm_page_cache(path)
-                        add(device, "real tensorizer", run_worker(real_python, "tensorizer", timeout, path=path,
-                                                                  readers=args.real_readers, **common))
-                    if "safetensors" in peers:
-                        warm_page_cache(st_path)
-                        try:
-                            add(device, "safetensors", run_worker(st_python, "safetensors", timeout, path=st_path,
-                                                                  **common))
-                        except RuntimeError as e:
-                            notes.append(f"safetensors failed: {e}")
-                    continue
-                # Fresh memory for real: one timed load per process, after warm-up loads of a small
-                # file (imports, torch and loader start-up are not timed; no big chunk is cached).
-                once = dict(common, runs=1, pretouch=touch)
-                for _run in range(args.runs):
-                    for readers in args.ours_readers.split(","):
-                        warm_page_cache(path)
-                        add(device, "ours (Python)", run_worker(str(ours_python), "tensorizer", timeout, path=path,
-                                                                readers=readers, warmup_path=small, **once))
-                    if run_cli_peer:
-                        warm_page_cache(path)
-                        add(device, "our C++ CLI", [run_cli(cli, path, dev_arg, 1, 0, timeout, touch)])
-                    if real_ok and (device == "cpu" or real_probe.get("cuda")):
-                        for readers in args.real_readers.split(","):
-                            warm_page_cache(path)
-                            add(device, "real tensorizer", run_worker(real_python, "tensorizer", timeout, path=path,
-                                                                      readers=readers, warmup_path=small, **once))
-                    for mode in range((2 if device == "cpu" else 1) if "safetensors" in peers else 0):
-                        warm_page_cache(st_path)
-                        try:
-                            add(device, "safetensors", run_worker(st_python, "safetensors", timeout, path=st_path,
-                                                                  warmup_path=small_st, only=mode, **once))
-                        except RuntimeError as e:
-                            notes.append(f"safetensors failed: {e}")
-    finally:
-        shutil.rmtree(small_dir, ignore_errors=True)
-        if tmp is not None and not args.workdir:
-            shutil.rmtree(tmp, ignore_errors=True)
+    def _common(self, device):
+        dev_arg = "cuda:0" if device == "cuda" else "cpu"
+        return dev_arg, dict(device=dev_arg, runs=self.args.runs, warmup=self.args.warmup, digest=self.digest)
 
-    rows = []  # (device, peer, summary)
-    for (device, peer, _how), r in raw.items():
-        digests = r.pop("digests") - {None}
-        digest = digests.pop() if len(digests) == 1 else ("differs between rounds" if digests else None)
-        rows.append((device, peer, summarize({**r, "digest": digest})))
+    def _reused_process_runs(self, device):
+        # Several loads per process: after the first, allocators may hand back the previous
+        # load's memory (glibc keeps freed chunks below its mmap threshold).
+        args, t = self.args, self.timeout
+        dev_arg, common = self._common(device)
+        warm_page_cache(self.path)
+        self.add(device, "ours (Python)", run_worker(str(self.ours_python), "tensorizer", t, path=self.path,
+                                                     readers=args.ours_readers, **common))
+        if self.run_cli_peer:
+            warm_page_cache(self.path)
+            self.add(device, "our C++ CLI", [run_cli(self.cli, self.path, dev_arg, args.runs, args.warmup, t)])
+        if self._real_runs_on(device):
+            warm_page_cache(self.path)
+            self.add(device, "real tensorizer", run_worker(self.real_python, "tensorizer", t, path=self.path,
+                                                           readers=args.real_readers, **common))
+        if "safetensors" in self.peers:
+            self._safetensors(device, **common)
 
-    # Report
+    def _fresh_process_runs(self, device):
+        # Fresh memory for real: one timed load per process, after warm-up loads of a small file
+        # (imports, torch and loader start-up are not timed; no big chunk is cached).
+        args, t = self.args, self.timeout
+        dev_arg, common = self._common(device)
+        once = dict(common, runs=1, pretouch=self.touch)
+        for _run in range(args.runs):
+            for readers in args.ours_readers.split(","):
+                warm_page_cache(self.path)
+                self.add(device, "ours (Python)", run_worker(str(self.ours_python), "tensorizer", t, path=self.path,
+                                                             readers=readers, warmup_path=self.small, **once))
+            if self.run_cli_peer:
+                warm_page_cache(self.path)
+                self.add(device, "our C++ CLI", [run_cli(self.cli, self.path, dev_arg, 1, 0, t, self.touch)])
+            if self._real_runs_on(device):
+                for readers in args.real_readers.split(","):
+                    warm_page_cache(self.path)
+                    self.add(device, "real tensorizer", run_worker(self.real_python, "tensorizer", t, path=self.path,
+                                                                   readers=readers, warmup_path=self.small, **once))
+            for mode in range((2 if device == "cpu" else 1) if "safetensors" in self.peers else 0):
+                self._safetensors(device, warmup_path=self.small_st, only=mode, **once)
+
+    def rows(self):
+        """(device, peer, summary) per setting, each with its one digest over the rounds."""
+        out = []
+        for (device, peer, _how), r in self.raw.items():
+            r = dict(r)
+            digests = r.pop("digests") - {None}
+            digest = digests.pop() if len(digests) == 1 else ("differs between rounds" if digests else None)
+            out.append((device, peer, summarize({**r, "digest": digest})))
+        return out
+
+
+def print_table(b: Bench, rows):
+    args = b.args
     size_gb = rows[0][2]["bytes"] / 1e9 if rows else 0
-    print(f"\nPython load benchmark: {size_gb:.3f} GB of tensor data ({os.path.basename(path)}), "
+    print(f"\nPython load benchmark: {size_gb:.3f} GB of tensor data ({os.path.basename(b.path)}), "
           f"warm page cache; median of {args.rounds} round(s) x {args.runs} runs; "
           + ("several loads per process (recycled memory) after " if args.reuse_process else
-             ("one timed load per fresh process (fresh memory" + (", pre-touched" if touch else "") + ") after "))
+             ("one timed load per fresh process (fresh memory" + (", pre-touched" if b.touch else "") + ") after "))
           + f"{args.warmup} warm-up load(s); "
           f"{os.cpu_count()} CPUs\n")
     print("| device | peer | how | median GB/s | median s | range GB/s |")
@@ -465,10 +327,9 @@ def main(argv=None):
         print(f"| {device} | {peer}{version} | {s['how']} | {s['median_gbps']:.2f} | {s['median_s']:.3f} "
               f"| {s['min_gbps']:.2f}–{s['max_gbps']:.2f} |")
 
-    def best(device, peer):
-        cands = [s for d, p, s in rows if d == device and p == peer]
-        return max(cands, key=lambda s: s["median_gbps"]) if cands else None
 
+def print_ratios(devices, best):
+    """Ours against each peer at its best setting, per device; returns {(device, peer): ratio}."""
     ratios = {}
     print("\n| device | ours / real tensorizer (target ≥ 1.30) | ours / C++ CLI (target 0.95–1.05) | ours / safetensors |")
     print("| --- | ---: | ---: | ---: |")
@@ -484,21 +345,47 @@ def main(argv=None):
             else:
                 cells.append("n/a")
         print(f"| {device} | " + " | ".join(cells) + " |")
-    for note in notes:
-        print(f"\nnote: {note}")
+    return ratios
 
-    status = 0
+
+def check_content(rows) -> int:
+    """1 where the peers loaded different data (their digests differ), else 0."""
     digests = {(d, p, s["how"]): s["digest"] for d, p, s in rows if s.get("digest")}
     if len(set(digests.values())) > 1:
         print("\nERROR: the peers loaded different data:")
         for key, value in digests.items():
             print(f"  {key}: {value}")
-        status = 1
-    elif digests:
+        return 1
+    if digests:
         print(f"\ncontent check: {len(digests)} loads by {len({p for _, p, _ in digests})} peers hashed alike")
+    return 0
 
+
+def main(argv=None):
+    args = parse_args(argv)
+    b = Bench(args)
+    if b.probe() == SKIP:
+        return SKIP
+    try:
+        if b.make_files() == SKIP:
+            return SKIP
+        b.run_rounds()
+    finally:
+        b.cleanup()
+    rows = b.rows()
+    print_table(b, rows)
+
+    def best(device, peer):
+        cands = [s for d, p, s in rows if d == device and p == peer]
+        return max(cands, key=lambda s: s["median_gbps"]) if cands else None
+
+    ratios = print_ratios(b.devices, best)
+    for note in b.notes:
+        print(f"\nnote: {note}")
+    status = check_content(rows)
     if args.json_out:
-        write_json(args, rows, devices, best, path, ratios=ratios, notes=notes, ours=ours_probe, real=real_probe)
+        write_json(args, rows, b.devices, best, b.path, ratios=ratios, notes=b.notes, ours=b.ours_probe,
+                   real=b.real_probe)
     return status
 
 
@@ -524,7 +411,4 @@ def write_json(args, rows, devices, best, path, ratios, **extra):
 
 
 if __name__ == "__main__":
-    if "--worker" in sys.argv[1:]:
-        worker_main(sys.argv[1:])
-    else:
-        sys.exit(main())
+    sys.exit(main())
