@@ -16,6 +16,7 @@
 #include "tz/format/writer.hpp"
 #include "tz/base/posix_io.hpp"
 
+#include "gpu_load_options.hpp"
 #include "hash_limit.hpp"
 #include "host_limits.hpp"
 
@@ -37,92 +38,8 @@
 
 namespace {
 
-constexpr std::size_t mib = std::size_t{1} << 20;
-
-struct options {
-  std::string file;                   // empty: write a synthetic file
-  std::size_t size_bytes = 4096 * mib;  // synthetic file size
-  std::size_t tensor_bytes = 64 * mib;  // synthetic tensor size
-  std::size_t slot_count = 16;
-  std::size_t slot_bytes = 4 * mib;  // device_load_options' default
-  unsigned readers = 0;
-  unsigned threads = 0;
-  int streams = 4;
-  int runs = 5;
-  int device = 0;
-  bool cold = true;
-  bool verify = false;
-  bool crc_on_device = true;  // device_load_options::crc_on_device (verified loads)
-  bool keep = false;         // keep the synthetic file (reuse it with --file)
-  bool references = false;   // the extra host-side references (reads under DMA, mmap copies)
-  bool async_punt = false;   // file_options::async_punt for the warm runs
-  // --configs: more rings to compare in the same run, each against its own plain pipeline.
-  struct ring_config {
-    std::size_t slot_count = 0;
-    std::size_t slot_bytes = 0;
-    unsigned readers = 0;  // 0: automatic
-  };
-  std::vector<ring_config> configs;
-};
-
-[[noreturn]] void usage() {
-  std::fprintf(stderr,
-               "usage: gpu_load_bench [--smoke] [--file F] [--size-mib N] [--slots N] [--slot-mib N] [--readers N]\n"
-               "                      [--threads N] [--streams N] [--runs N] [--device cuda:N] [--no-cold] [--verify]\n"
-               "                      [--keep] [--references] [--async-punt]\n"
-               "                      [--configs SLOTSxMIB[:READERS],...]   (more rings, e.g. 32x2,16x4:16,8x8)\n");
-  std::exit(2);
-}
-
-options parse(int argc, char** argv) {
-  options o;
-  bool slots_given = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view a = argv[i];
-    auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : (usage(), nullptr); };
-    auto num = [&] { return std::strtoull(next(), nullptr, 10); };
-    if (a == "--smoke") {  // CI: a second, so the benchmark cannot rot
-      o.size_bytes = 48 * mib;
-      o.tensor_bytes = 5 * mib;
-      o.slot_count = 4;
-      o.slot_bytes = 4 * mib;
-      o.runs = 1;
-    } else if (a == "--file") o.file = next();
-    else if (a == "--size-mib") o.size_bytes = num() * mib;
-    else if (a == "--slots") o.slot_count = num(), slots_given = true;
-    else if (a == "--slot-mib") o.slot_bytes = num() * mib;
-    else if (a == "--readers") o.readers = static_cast<unsigned>(num());
-    else if (a == "--threads") o.threads = static_cast<unsigned>(num());
-    else if (a == "--streams") o.streams = static_cast<int>(num());
-    else if (a == "--runs") o.runs = std::max(1, static_cast<int>(num()));
-    else if (a == "--device") o.device = tz::unwrap(tz::cuda::parse_device(next()));
-    else if (a == "--no-cold") o.cold = false;
-    else if (a == "--verify") o.verify = true;
-    else if (a == "--keep") o.keep = true;
-    else if (a == "--references") o.references = true;
-    else if (a == "--async-punt") o.async_punt = true;
-    else if (a == "--configs") {
-      for (std::string_view list = next(); !list.empty();) {
-        const auto comma = list.find(',');
-        const std::string item(list.substr(0, comma));
-        list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
-        options::ring_config c;
-        unsigned long long slots = 0, slot_mib = 0;
-        unsigned readers = 0;
-        const int got = std::sscanf(item.c_str(), "%llux%llu:%u", &slots, &slot_mib, &readers);
-        if (got < 2 || slots == 0 || slot_mib == 0) usage();
-        c.slot_count = slots;
-        c.slot_bytes = slot_mib * mib;
-        c.readers = got == 3 ? readers : 0;
-        o.configs.push_back(c);
-      }
-    }
-    else usage();
-  }
-  // A verified load's default ring is larger (device_load_options::slots()): more tensors hash at once.
-  if (o.verify && !slots_given) o.slot_count = tz::device_load_options::verified_slot_count;
-  return o;
-}
+using gpu_load_bench::mib;
+using gpu_load_bench::options;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -406,10 +323,106 @@ void print(const char* what, const run_result& r, double limit) {
               t.wait_s, static_cast<double>(r.pinned_max) / mib, static_cast<double>(r.ring) / mib);
 }
 
+// The references every load is measured against, measured and printed first.
+struct limits {
+  double copy = 0;   // pinned cudaMemcpyAsync
+  double bound = 0;  // min(copy, what three passes over host memory allow)
+  double hash = 0;   // CRC32 + SHA-256 on every thread (--verify)
+  double sha = 0;    // SHA-256 alone (--verify)
+};
+
+limits measure_limits(const options& o, tz::scheduler& sched, tz::cuda::uploader& up) {
+  limits l;
+  l.copy = pinned_limit_gbps(o, up);
+  std::printf("limit %7.2f GB/s  pinned cudaMemcpyAsync, %zu MiB pieces over %d streams\n", l.copy, o.slot_bytes / mib,
+              o.streams);
+  const double copy = tz::bench::memcpy_gbps(sched.thread_count(), o.size_bytes);
+  l.bound = std::min(l.copy, copy * 2 / 3);
+  std::printf("mem   %7.2f GB/s  host memcpy on %u threads (a read and a write per byte); three passes per loaded "
+              "byte allow %.2f GB/s; bound min(limit, that) %.2f GB/s\n", copy, sched.thread_count(), copy * 2 / 3, l.bound);
+  const auto [host_alloc_ms, register_ms] = tz::bench::pin_ms(o.slot_count * o.slot_bytes);
+  std::printf("pin   %.1f ms cudaHostAlloc, %.1f ms huge pages + populate + cudaHostRegister (the ring's way), "
+              "%zu MiB (alloc and free)\n", host_alloc_ms, register_ms, o.slot_count * o.slot_bytes / mib);
+  if (o.verify) {
+    l.hash = hash_limit_gbps(o, sched);
+    std::printf("hash  %7.2f GB/s  N-core hash limit: every tensor's CRC32 + SHA-256 from memory on %u threads\n",
+                l.hash, sched.thread_count());
+    l.sha = hash_limit_gbps(o, sched, true);
+    std::printf("sha   %7.2f GB/s  SHA-256 alone on %u threads (the host's hashing when the GPU takes the CRC32s)\n",
+                l.sha, sched.thread_count());
+  }
+  return l;
+}
+
+// The host side's own limits: reads into pinned slots, and with --references the same (and mapped
+// copies) while DMA runs.
+void print_read_references(const options& o, unsigned n, tz::cuda::uploader& up) {
+  const double read_warm = read_limit_gbps(o, n, false).gbps;
+  std::printf("read  %7.2f GB/s  page cache -> pinned slots, pread on %u threads, no upload\n", read_warm, n);
+  if (!o.references) return;
+  const auto busy = read_limit_gbps(o, n, false, read_how::pread, &up);
+  std::printf("read  %7.2f GB/s  the same while pinned copies of another buffer run (at %.2f GB/s)\n", busy.gbps,
+              busy.dma_gbps);
+  const double mapped = read_limit_gbps(o, n, false, read_how::mmap_copy).gbps;
+  std::printf("mmap  %7.2f GB/s  page cache mapped, populated and memcpy'd into pinned slots on %u threads\n", mapped, n);
+  const auto mapped_busy = read_limit_gbps(o, n, false, read_how::mmap_copy, &up);
+  std::printf("mmap  %7.2f GB/s  the same while pinned copies of another buffer run (at %.2f GB/s)\n",
+              mapped_busy.gbps, mapped_busy.dma_gbps);
+}
+
+// The same reader count a load uses by default (device_load.cpp).
+unsigned readers_for(const options& c, unsigned threads) {
+  return c.readers != 0 ? c.readers : std::max<unsigned>(1, std::min<std::size_t>(2 * threads, c.slot_count * 3 / 4));
+}
+
+// The default ring, warm, against its plain pipeline, the bound and (verified) the hash limits;
+// then a load with a context of its own, and (verified) every hash on the host.
+void measure_default_ring(const options& o, tz::scheduler& sched, tz::device_context& ctx, const limits& l) {
+  const unsigned readers = readers_for(o, sched.thread_count());
+  const double pipe = pipeline_gbps(o, ctx.uploader(), readers);
+  std::printf("pipe  %7.2f GB/s  %.3fx limit: %u threads pread into their own slots of the ring + cudaMemcpyAsync, "
+              "no engine\n", pipe, pipe / l.copy, readers);
+  const run_result warm = measure(o, sched, ctx, false);
+  print("warm ring", warm, l.copy);
+  std::printf("            %.3fx the plain pipeline, %.3fx the bound\n", pipe > 0 ? warm.gbps / pipe : 0.0,
+              warm.gbps / l.bound);
+  if (o.verify)
+    std::printf("            %.3fx the N-core hash limit, %.3fx SHA-256 alone\n", warm.gbps / l.hash, warm.gbps / l.sha);
+  const run_result fresh = measure(o, sched, ctx, false, true);
+  print("fresh ctx", fresh, l.copy);
+  std::printf("            %.3fx the warm ring (a context of its own per load: streams, threads, ring)\n",
+              warm.gbps > 0 ? fresh.gbps / warm.gbps : 0.0);
+  if (o.verify) {  // the same verified load with every hash on the host's cores, for comparison
+    options h = o;
+    h.crc_on_device = false;
+    const run_result host = measure(h, sched, ctx, false);
+    print("host CRC32", host, l.copy);
+    std::printf("            %.3fx the N-core hash limit, %.3fx the warm ring (CRC32s on the GPU)\n",
+                host.gbps / l.hash, warm.gbps > 0 ? host.gbps / warm.gbps : 0.0);
+  }
+}
+
+// --configs: more rings, each load against its own plain pipeline.
+void measure_configs(const options& o, tz::scheduler& sched, tz::device_context& ctx, double limit) {
+  for (const auto& config : o.configs) {
+    options c = o;
+    c.slot_count = config.slot_count;
+    c.slot_bytes = config.slot_bytes;
+    c.readers = config.readers;
+    const unsigned readers = readers_for(c, sched.thread_count());
+    const double pipe = pipeline_gbps(c, ctx.uploader(), readers);
+    const run_result warm = measure(c, sched, ctx, false);
+    std::printf("ring %3zu x %2zu MiB, %2u readers: pipe %7.2f GB/s %.3fx limit | load %7.2f GB/s %.3fx limit, %.3fx pipe "
+                "| prepare %.3f s, read %.3f, wait %.3f worker-s\n",
+                c.slot_count, c.slot_bytes / mib, readers, pipe, pipe / limit, warm.gbps, warm.gbps / limit,
+                pipe > 0 ? warm.gbps / pipe : 0.0, warm.timings.prepare_s, warm.timings.read_s, warm.timings.wait_s);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  options o = parse(argc, argv);
+  options o = gpu_load_bench::parse(argc, argv);
   if (!tz::cuda::available()) {
     std::printf("gpu_load_bench: no CUDA device, skipped\n");
     return 77;
@@ -418,89 +431,19 @@ int main(int argc, char** argv) {
   if (synthetic) o.file = write_synthetic(o);
   tz::scheduler sched(o.threads);
   auto ctx = tz::unwrap(tz::device_context::create(o.device, o.streams));
-  tz::cuda::uploader& up = ctx->uploader();
   auto info = tz::unwrap(tz::cuda::describe_device(o.device));
   std::printf("gpu_load_bench: %s, file %s, %u worker threads, %d streams, ring %zu x %zu MiB, readers %s, %d runs%s\n",
               info.name.c_str(), o.file.c_str(), sched.thread_count(), o.streams, o.slot_count, o.slot_bytes / mib,
               o.readers ? std::to_string(o.readers).c_str() : "auto", o.runs, o.verify ? ", verified" : "");
-  const double limit = pinned_limit_gbps(o, up);
-  std::printf("limit %7.2f GB/s  pinned cudaMemcpyAsync, %zu MiB pieces over %d streams\n", limit, o.slot_bytes / mib,
-              o.streams);
-  const double copy = tz::bench::memcpy_gbps(sched.thread_count(), o.size_bytes);
-  const double bound = std::min(limit, copy * 2 / 3);
-  std::printf("mem   %7.2f GB/s  host memcpy on %u threads (a read and a write per byte); three passes per loaded "
-              "byte allow %.2f GB/s; bound min(limit, that) %.2f GB/s\n", copy, sched.thread_count(), copy * 2 / 3, bound);
-  const auto [host_alloc_ms, register_ms] = tz::bench::pin_ms(o.slot_count * o.slot_bytes);
-  std::printf("pin   %.1f ms cudaHostAlloc, %.1f ms huge pages + populate + cudaHostRegister (the ring's way), "
-              "%zu MiB (alloc and free)\n", host_alloc_ms, register_ms, o.slot_count * o.slot_bytes / mib);
-  double hash_limit = 0, sha_limit = 0;
-  if (o.verify) {
-    hash_limit = hash_limit_gbps(o, sched);
-    std::printf("hash  %7.2f GB/s  N-core hash limit: every tensor's CRC32 + SHA-256 from memory on %u threads\n",
-                hash_limit, sched.thread_count());
-    sha_limit = hash_limit_gbps(o, sched, true);
-    std::printf("sha   %7.2f GB/s  SHA-256 alone on %u threads (the host's hashing when the GPU takes the CRC32s)\n",
-                sha_limit, sched.thread_count());
-  }
-  const unsigned n = sched.thread_count();
-  const double read_warm = read_limit_gbps(o, n, false).gbps;
-  std::printf("read  %7.2f GB/s  page cache -> pinned slots, pread on %u threads, no upload\n", read_warm, n);
-  if (o.references) {
-    const auto busy = read_limit_gbps(o, n, false, read_how::pread, &up);
-    std::printf("read  %7.2f GB/s  the same while pinned copies of another buffer run (at %.2f GB/s)\n", busy.gbps,
-                busy.dma_gbps);
-    const double mapped = read_limit_gbps(o, n, false, read_how::mmap_copy).gbps;
-    std::printf("mmap  %7.2f GB/s  page cache mapped, populated and memcpy'd into pinned slots on %u threads\n", mapped,
-                n);
-    const auto mapped_busy = read_limit_gbps(o, n, false, read_how::mmap_copy, &up);
-    std::printf("mmap  %7.2f GB/s  the same while pinned copies of another buffer run (at %.2f GB/s)\n",
-                mapped_busy.gbps, mapped_busy.dma_gbps);
-  }
-  // The same reader count a load uses by default (device_load.cpp).
-  auto readers_for = [n](const options& c) {
-    return c.readers != 0 ? c.readers : std::max<unsigned>(1, std::min<std::size_t>(2 * n, c.slot_count * 3 / 4));
-  };
-  {  // the default ring, warm, against its plain pipeline
-    const double pipe = pipeline_gbps(o, up, readers_for(o));
-    std::printf("pipe  %7.2f GB/s  %.3fx limit: %u threads pread into their own slots of the ring + cudaMemcpyAsync, "
-                "no engine\n", pipe, pipe / limit, readers_for(o));
-    const run_result warm = measure(o, sched, *ctx, false);
-    print("warm ring", warm, limit);
-    std::printf("            %.3fx the plain pipeline, %.3fx the bound\n", pipe > 0 ? warm.gbps / pipe : 0.0,
-                warm.gbps / bound);
-    if (o.verify)
-      std::printf("            %.3fx the N-core hash limit, %.3fx SHA-256 alone\n", warm.gbps / hash_limit,
-                  warm.gbps / sha_limit);
-    const run_result fresh = measure(o, sched, *ctx, false, true);
-    print("fresh ctx", fresh, limit);
-    std::printf("            %.3fx the warm ring (a context of its own per load: streams, threads, ring)\n",
-                warm.gbps > 0 ? fresh.gbps / warm.gbps : 0.0);
-    if (o.verify) {  // the same verified load with every hash on the host's cores, for comparison
-      options h = o;
-      h.crc_on_device = false;
-      const run_result host = measure(h, sched, *ctx, false);
-      print("host CRC32", host, limit);
-      std::printf("            %.3fx the N-core hash limit, %.3fx the warm ring (CRC32s on the GPU)\n",
-                  host.gbps / hash_limit, warm.gbps > 0 ? host.gbps / warm.gbps : 0.0);
-    }
-  }
-  for (const auto& config : o.configs) {
-    options c = o;
-    c.slot_count = config.slot_count;
-    c.slot_bytes = config.slot_bytes;
-    c.readers = config.readers;
-    const double pipe = pipeline_gbps(c, up, readers_for(c));
-    const run_result warm = measure(c, sched, *ctx, false);
-    std::printf("ring %3zu x %2zu MiB, %2u readers: pipe %7.2f GB/s %.3fx limit | load %7.2f GB/s %.3fx limit, %.3fx pipe "
-                "| prepare %.3f s, read %.3f, wait %.3f worker-s\n",
-                c.slot_count, c.slot_bytes / mib, readers_for(c), pipe, pipe / limit, warm.gbps, warm.gbps / limit,
-                pipe > 0 ? warm.gbps / pipe : 0.0, warm.timings.prepare_s, warm.timings.read_s, warm.timings.wait_s);
-  }
+  const limits l = measure_limits(o, sched, ctx->uploader());
+  print_read_references(o, sched.thread_count(), ctx->uploader());
+  measure_default_ring(o, sched, *ctx, l);
+  measure_configs(o, sched, *ctx, l.copy);
   if (o.cold) {
     const double read_cold = read_limit_gbps(o, sched.thread_count(), true).gbps;
     std::printf("read  %7.2f GB/s  disk -> pinned slots, O_DIRECT pread on %u threads, no upload\n", read_cold,
                 sched.thread_count());
-    print("cold ring", measure(o, sched, *ctx, true), limit);
+    print("cold ring", measure(o, sched, *ctx, true), l.copy);
   }
   if (synthetic && !o.keep) std::remove(o.file.c_str());
   return 0;
