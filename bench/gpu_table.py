@@ -209,7 +209,7 @@ def make_files(a, tmp):
     return plain, st, enc, key
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--file", help=argparse.SUPPRESS)
@@ -231,7 +231,68 @@ def main():
     ap.add_argument("--emulated", action="store_true",
                     help="no GPU: the CLI and gpu_load_bench built on the CUDA emulation (NAME_emulated); "
                          "the C ABI and Python steps are left out")
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+# The Python loaders of the table: (row, worker kind, file: plain/st/enc, verified, encrypted).
+PYTHON_ROWS = [("Python", "ours", "plain", False, False), ("Python verified", "ours", "plain", True, False),
+               ("Python encrypted", "ours", "enc", False, True),
+               ("tensorizer 2.11.1", "tensorizer", "plain", False, False),
+               ("tensorizer 2.11.1 verified", "tensorizer", "plain", True, False),
+               ("tensorizer 2.11.1 encrypted", "tensorizer", "enc", False, True),
+               ("safetensors", "safetensors", "st", False, False), ("Run:ai streamer", "runai", "st", False, False),
+               ("fastsafetensors (no GDS)", "fastsafetensors", "st", False, False),
+               ("torch pinned .to(cuda)", "torch_pinned", "plain", False, False)]
+
+
+class Steps:
+    """Runs the table's steps: one that fails is reported and the rest still run."""
+
+    def __init__(self, skip):
+        self.skip, self.failed = skip, []
+
+    def __call__(self, name, fn):
+        if name in self.skip:
+            return None
+        t0 = time.time()
+        try:
+            r = fn()
+            print(f"gpu_table: {name} done in {time.time() - t0:.1f} s", flush=True)
+            return r
+        except Exception as e:
+            print(f"gpu_table: {name} FAILED: {e}", flush=True)
+            self.failed.append(name)
+            return None
+
+
+def run_steps(a, step, files):
+    """The engine references, then every loader's rows; returns (ref, rows, digests)."""
+    plain, st, enc, key = files
+    ref = step("engine", lambda: engine_reference(a, plain)) or {}
+    ref.update(step("engine verified", lambda: engine_reference(a, plain, verify=True)) or {})
+    rows, digests = [], {}  # rows: (name, first-load runs, later-load runs)
+    for name, path, extra in [("CLI", plain, ()), ("CLI verified", plain, ("--verify",)),
+                              ("CLI encrypted", enc, ("--decrypt-key-file", key)),
+                              ("CLI safetensors", st, ())]:
+        r = step(name, lambda: cli_runs(a, path, a.procs, extra))
+        if r:
+            rows.append((name, r[0], r[1]))
+    r = step("C ABI", lambda: c_runs(a, plain, a.procs))
+    if r:
+        rows.append(("C ABI", r[0], r[1]))
+    by_kind = {"plain": plain, "st": st, "enc": enc}
+    for name, kind, which, verify, encrypted in ([] if "python" in step.skip else PYTHON_ROWS):
+        r = step(name, lambda: python_runs(a, kind, by_kind[which], a.py_procs or a.procs, verify,
+                                           key if encrypted else None))
+        if r:
+            rows.append((name, r[0], r[1]))
+            if r[2]:
+                digests[name] = r[2]
+    return ref, rows, digests
+
+
+def main():
+    a = parse_args()
     if a.worker:
         return worker(a)
     if a.smoke:
@@ -241,55 +302,14 @@ def main():
     skip = set(filter(None, a.skip.split(",")))
     if a.emulated:
         skip |= {"C ABI", "python"}
-    rows = []  # (name, first-load runs, later-load runs)
-    failed = []
-
-    def step(name, fn):
-        if name in skip:
-            return None
-        t0 = time.time()
-        try:
-            r = fn()
-            print(f"gpu_table: {name} done in {time.time() - t0:.1f} s", flush=True)
-            return r
-        except Exception as e:  # a step that fails is reported and the rest still run
-            print(f"gpu_table: {name} FAILED: {e}", flush=True)
-            failed.append(name)
-            return None
-
+    step = Steps(skip)
     with tempfile.TemporaryDirectory(prefix="gpu_table_") as tmp:
-        plain, st, enc, key = make_files(a, tmp)
-        ref = step("engine", lambda: engine_reference(a, plain)) or {}
-        ref.update(step("engine verified", lambda: engine_reference(a, plain, verify=True)) or {})
-        digests = {}
-        for name, path, extra in [("CLI", plain, ()), ("CLI verified", plain, ("--verify",)),
-                                  ("CLI encrypted", enc, ("--decrypt-key-file", key)),
-                                  ("CLI safetensors", st, ())]:
-            r = step(name, lambda: cli_runs(a, path, a.procs, extra))
-            if r:
-                rows.append((name, r[0], r[1]))
-        r = step("C ABI", lambda: c_runs(a, plain, a.procs))
-        if r:
-            rows.append(("C ABI", r[0], r[1]))
-        py = [("Python", "ours", plain, False, None), ("Python verified", "ours", plain, True, None),
-              ("Python encrypted", "ours", enc, False, key),
-              ("tensorizer 2.11.1", "tensorizer", plain, False, None),
-              ("tensorizer 2.11.1 verified", "tensorizer", plain, True, None),
-              ("tensorizer 2.11.1 encrypted", "tensorizer", enc, False, key),
-              ("safetensors", "safetensors", st, False, None), ("Run:ai streamer", "runai", st, False, None),
-              ("fastsafetensors (no GDS)", "fastsafetensors", st, False, None),
-              ("torch pinned .to(cuda)", "torch_pinned", plain, False, None)]
-        for name, kind, path, verify, k in ([] if "python" in skip else py):
-            r = step(name, lambda: python_runs(a, kind, path, a.py_procs or a.procs, verify, k))
-            if r:
-                rows.append((name, r[0], r[1]))
-                if r[2]:
-                    digests[name] = r[2]
+        ref, rows, digests = run_steps(a, step, make_files(a, tmp))
     report(a, ref, rows, digests)
-    if failed:
-        print(f"gpu_table: {len(failed)} step(s) failed: {', '.join(failed)}")
+    if step.failed:
+        print(f"gpu_table: {len(step.failed)} step(s) failed: {', '.join(step.failed)}")
     agree = len({frozenset(d) for d in digests.values()}) <= 1
-    return 1 if failed or not agree else 0
+    return 1 if step.failed or not agree else 0
 
 
 def med(xs):
