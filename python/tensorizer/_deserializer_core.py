@@ -47,6 +47,35 @@ class _DeserializerCore:
         self, file_obj, device, filter_func, dtype, lazy_load, num_readers, verify_hash,
         encryption,
     ):
+        device = self._take_settings(device, dtype, lazy_load, num_readers, verify_hash, encryption)
+        # The device's context (streams, completion threads, pinned ring) is made on a thread of
+        # its own while the file opens, so the first load finds it ready (_load joins it).
+        self._preparing = None
+        engine_device = self._engine_device(device)
+        if engine_device >= 0:
+            self._preparing = threading.Thread(
+                target=_prepare_device_quietly, args=(engine_device, self._verify_hash), daemon=True
+            )
+            self._preparing.start()
+
+        reader = self._open_checked(file_obj)
+        selected = self._read_index(reader, filter_func)
+        if num_readers is not None:
+            num_readers = min(num_readers, max(len(selected), 1))
+        self._num_readers = num_readers
+        self._cursor = -1  # position in self._selected of the last read_tensors() yield
+
+        entries = self._entries
+        self.total_tensor_bytes = sum(entries[i].deserialized_bytes for i in selected)
+
+        if not self._lazy_load:
+            self._load(selected, self._verify_hash)
+            self.total_tensor_bytes = sum(entries[i].data_length for i in selected)
+            self._release_file()
+
+
+    def _take_settings(self, device, dtype, lazy_load, num_readers, verify_hash, encryption) -> torch.device:
+        """Checks and keeps the constructor's settings; returns the target device, resolved."""
         # Device
         device = _default_device() if device is None else torch.device(device)
         is_cuda = device.type == "cuda"
@@ -82,18 +111,11 @@ class _DeserializerCore:
                 )
             if num_readers < 1:
                 raise ValueError("num_readers must be positive")
+        return device
 
-        # The device's context (streams, completion threads, pinned ring) is made on a thread of
-        # its own while the file opens, so the first load finds it ready (_load joins it).
-        self._preparing = None
-        engine_device = self._engine_device(device)
-        if engine_device >= 0:
-            self._preparing = threading.Thread(
-                target=_prepare_device_quietly, args=(engine_device, self._verify_hash), daemon=True
-            )
-            self._preparing.start()
-
-        # Source and index
+    def _open_checked(self, file_obj):
+        """Opens the source and its reader, and checks the file's encryption against the
+        decryption asked for. Returns the reader."""
         self._opened = _open_source(file_obj)
         self._reader = reader = _open_reader(self._opened)
         self._file_version = reader.version
@@ -116,7 +138,11 @@ class _DeserializerCore:
             )
         if self._encrypted_file and self._decryption is None:
             raise CryptographyError("Tensor is encrypted, but decryption was not requested")
+        return reader
 
+    def _read_index(self, reader, filter_func) -> List[int]:
+        """The file header's fields, the index, each entry's path, the selection (filter_func)
+        and the prefix tree of the selected paths. Returns the selected entry indices."""
         self.total_file_bytes = reader.file_bytes
         entries = list(reader.entries)
         self._file_header = _FileHeader(
@@ -151,18 +177,7 @@ class _DeserializerCore:
                 raise ValueError(f"Conflicting tensor paths: {_public_name(path)}")
             branch[path[-1]] = i
         self._structure = structure
-
-        if num_readers is not None:
-            num_readers = min(num_readers, max(len(selected), 1))
-        self._num_readers = num_readers
-        self._cursor = -1  # position in self._selected of the last read_tensors() yield
-
-        self.total_tensor_bytes = sum(entries[i].deserialized_bytes for i in selected)
-
-        if not self._lazy_load:
-            self._load(selected, self._verify_hash)
-            self.total_tensor_bytes = sum(entries[i].data_length for i in selected)
-            self._release_file()
+        return selected
 
     # -- file lifetime ---------------------------------------------------------------------
 
