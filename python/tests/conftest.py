@@ -75,6 +75,13 @@ def tiny_model():
 _real_checked = None
 
 
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    """The README examples use relative paths ("model.tensors", "tensor.key")."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
 def _real_available() -> str:
     """'' when the real tensorizer runs, otherwise why not."""
     global _real_checked

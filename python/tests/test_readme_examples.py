@@ -15,7 +15,6 @@ Each test then checks that what the example loaded equals what it saved.
 from __future__ import annotations
 
 import importlib.util
-import io
 import os
 import shutil
 from pathlib import Path
@@ -24,59 +23,12 @@ import pytest
 
 import servers
 import torch
+from readme_helpers import TinyNet, assert_same_tensors, tiny_model_for_readme, written_tensors
 
 import tensorizer
-from tensorizer import TensorDeserializer, TensorSerializer, TensorType
+from tensorizer import TensorDeserializer, TensorSerializer
 
 PORT_BASE = int(os.environ.get("TZ_PY_PORT_BASE", "25000"))
-DEVICE = "cuda:0" if torch.cuda.is_available() else "cpu"
-
-
-class TinyNet(torch.nn.Module):
-    """Stands in for `model: torch.nn.Module = ...`: parameters and buffers of several dtypes."""
-
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Embedding(100, 16)
-        self.norm = torch.nn.LayerNorm(16)
-        self.proj = torch.nn.Linear(16, 8)
-        self.bn = torch.nn.BatchNorm1d(8)  # running_mean, running_var, num_batches_tracked (int64)
-
-    def forward(self, ids):
-        return self.bn(self.proj(self.norm(self.embed(ids))).mean(dim=1))
-
-
-def _tiny_model(seed=0):
-    torch.manual_seed(seed)
-    model = TinyNet()
-    model.train()
-    model(torch.randint(0, 100, (4, 5)))  # moves the BatchNorm running statistics off their init
-    model.eval()
-    return model
-
-
-def _assert_same_tensors(got: dict, want: dict):
-    assert sorted(got) == sorted(want)
-    for name, tensor in want.items():
-        assert got[name].dtype == tensor.dtype, name
-        assert torch.equal(got[name].detach().cpu(), tensor.detach().cpu()), name
-
-
-def _written_tensors(model) -> dict:
-    """What write_module writes: each module's own parameters and buffers (tied weights under
-    every name that holds them)."""
-    out = {}
-    for prefix, module in model.named_modules():
-        for name, tensor in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
-            out[f"{prefix}.{name}" if prefix else name] = tensor
-    return out
-
-
-@pytest.fixture
-def in_tmp(tmp_path, monkeypatch):
-    """The README examples use relative paths ("model.tensors", "tensor.key")."""
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,7 +154,7 @@ def _check_loaded_model(original, loaded, output, model_ref):
     want = {**dict(original.named_parameters()), **dict(original.state_dict())}
     got = {**dict(loaded.named_parameters()), **dict(loaded.state_dict())}
     assert all(not t.is_meta for t in got.values())
-    _assert_same_tensors({k: got[k] for k in want}, want)
+    assert_same_tensors({k: got[k] for k in want}, want)
     assert output.shape[1] > 12  # the prompt plus sampled tokens
     assert torch.equal(output.cpu(), _generate_with(original.to(output.device), model_ref).cpu())
 
@@ -276,7 +228,7 @@ def test_readme_s3_usage_notes(model_ref, rgw, monkeypatch):
                     s3_endpoint=endpoint))
     loaded = {k: v for k, v in deserializer.items()}
     deserializer.close()
-    _assert_same_tensors(loaded, _written_tensors(model))
+    assert_same_tensors(loaded, written_tensors(model))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,7 +236,7 @@ def test_readme_s3_usage_notes(model_ref, rgw, monkeypatch):
 
 
 def test_readme_quick_encryption_example(in_tmp):
-    model = _tiny_model()
+    model = tiny_model_for_readme()
 
     from tensorizer import (
         EncryptionParams, DecryptionParams, TensorDeserializer, TensorSerializer
@@ -316,7 +268,7 @@ def test_readme_quick_encryption_example(in_tmp):
     deserializer.close()
 
     assert len(key) == 32
-    _assert_same_tensors(loaded_model.state_dict(), model.state_dict())
+    assert_same_tensors(loaded_model.state_dict(), model.state_dict())
     # Without the key the weights cannot be read.
     with pytest.raises(tensorizer.CryptographyError):
         TensorDeserializer("model.tensors", device="cpu").load_into_module(TinyNet())
@@ -327,7 +279,7 @@ def test_docstring_encryption_from_string_example(in_tmp, monkeypatch):
     from tensorizer import DecryptionParams, EncryptionParams
 
     monkeypatch.setenv("SUPER_SECRET_STRONG_PASSWORD", "correct horse battery staple")
-    model = _tiny_model()
+    model = tiny_model_for_readme()
 
     source: str = os.getenv("SUPER_SECRET_STRONG_PASSWORD")
     encryption_params = EncryptionParams.from_string(source)
@@ -347,263 +299,15 @@ def test_docstring_encryption_from_string_example(in_tmp, monkeypatch):
     )
     deserializer.load_into_module(loaded_model)
     deserializer.close()
-    _assert_same_tensors(loaded_model.state_dict(), model.state_dict())
+    assert_same_tensors(loaded_model.state_dict(), model.state_dict())
 
     # The derived key also works as an exact key; a different passphrase does not.
     with TensorDeserializer("model.tensors", device="cpu",
                             encryption=DecryptionParams.from_key(encryption_params.key)) as d:
-        _assert_same_tensors(dict(d), model.state_dict())
+        assert_same_tensors(dict(d), model.state_dict())
     with pytest.raises(tensorizer.CryptographyError):
         TensorDeserializer("model.tensors", device="cpu",
                            encryption=DecryptionParams.from_string("wrong")).load_into_module(TinyNet())
-
-
-# ---------------------------------------------------------------------------------------------
-# PyTorch Compatibility
-
-
-def test_readme_pytorch_compatibility_example(in_tmp):
-    from tensorizer import TensorDeserializer, TensorSerializer
-    import torch
-
-    model: torch.nn.Module = _tiny_model()
-
-    # Saving with torch.save
-    state_dict = model.state_dict()
-    torch.save(state_dict, "model.pt")
-
-    # Loading with torch.load
-    state_dict = torch.load("model.pt", map_location=DEVICE)
-    model.load_state_dict(state_dict)
-
-    # Saving with tensorizer.TensorSerializer
-    state_dict = model.state_dict()
-    serializer = TensorSerializer("model.tensors")
-    serializer.write_state_dict(state_dict)
-    serializer.close()
-
-    # Loading with tensorizer.TensorDeserializer
-    fresh = _tiny_model(seed=99).to(DEVICE)  # a different model, to see the load take effect
-    with TensorDeserializer("model.tensors", device=DEVICE) as state_dict:
-        fresh.load_state_dict(state_dict)
-
-    _assert_same_tensors(fresh.state_dict(), model.state_dict())
-
-
-def test_readme_torch_compat_example(in_tmp):
-    import torch
-    from tensorizer.torch_compat import tensorizer_loading, tensorizer_saving
-
-    model: torch.nn.Module = _tiny_model()
-
-    state_dict = model.state_dict()
-
-    # Saving with torch.save, internally using tensorizer.TensorSerializer
-    with tensorizer_saving("model.pt.tensors"):
-        torch.save(state_dict, "model.pt")
-
-    # Loading with torch.load, internally using tensorizer.TensorDeserializer
-    with tensorizer_loading("model.pt.tensors", device=DEVICE):
-        state_dict = torch.load("model.pt")
-    fresh = _tiny_model(seed=99).to(DEVICE)
-    fresh.load_state_dict(state_dict)
-
-    _assert_same_tensors(fresh.state_dict(), model.state_dict())
-    # The tensor data went to the sidecar, not into the pickle.
-    data_bytes = sum(t.nbytes for t in model.state_dict().values())
-    assert os.path.getsize("model.pt.tensors") > data_bytes > os.path.getsize("model.pt")
-    with TensorDeserializer("model.pt.tensors", device="cpu", lazy_load=True) as d:
-        assert len(d) > 0
-
-
-def test_readme_torch_compat_callback_example(in_tmp):
-    import torch
-    from tensorizer.torch_compat import tensorizer_loading, tensorizer_saving
-
-    def tensors_path(f: torch.types.FileLike) -> str | None:
-        if isinstance(f, str):
-            return f.replace(".pt", "-tensor-data.tensors", 1)
-        else:
-            # Returning None will save normally, without using tensorizer.
-            # This is useful for file-like objects like io.BytesIO,
-            # where sidecar files don't make sense.
-            return None
-
-    model: torch.nn.Module = _tiny_model()
-    state_dict = model.state_dict()
-
-    with tensorizer_saving(tensors_path):
-        # Will save to model.pt and model-tensor-data.tensors
-        torch.save(state_dict, "model.pt")
-
-    with tensorizer_loading(tensors_path, device=DEVICE):
-        # Will load from model.pt and model-tensor-data.tensors
-        state_dict = torch.load("model.pt")
-    fresh = _tiny_model(seed=99).to(DEVICE)
-    fresh.load_state_dict(state_dict)
-
-    _assert_same_tensors(fresh.state_dict(), model.state_dict())
-    assert sorted(os.listdir(".")) == ["model-tensor-data.tensors", "model.pt"]
-
-    # A BytesIO target: the callback returns None, torch saves as usual.
-    buffer = io.BytesIO()
-    with tensorizer_saving(tensors_path):
-        torch.save(model.state_dict(), buffer)
-    buffer.seek(0)
-    with tensorizer_loading(tensors_path):
-        plain = torch.load(buffer)
-    _assert_same_tensors(plain, model.state_dict())
-    assert sorted(os.listdir(".")) == ["model-tensor-data.tensors", "model.pt"]
-
-
-def test_readme_torch_compat_saved_reference_is_not_intercepted(in_tmp):
-    from tensorizer.torch_compat import tensorizer_saving
-    from torch import save as original_torch_save
-
-    model = _tiny_model()
-    with tensorizer_saving():
-        # This won't work, but torch.save(..., "model.pt") would work
-        original_torch_save(model.state_dict(), "model.pt")
-    assert not os.path.exists("model.pt.tensors")
-    _assert_same_tensors(torch.load("model.pt"), model.state_dict())
-
-    with tensorizer_saving():
-        torch.save(model.state_dict(), "model2.pt")
-    assert os.path.exists("model2.pt.tensors")
-
-
-def test_torch_compat_module_docstring_example(in_tmp):
-    """torch_compat's module docstring: a whole module through torch.save / torch.load."""
-    import os
-    import torch
-    from tensorizer.torch_compat import (
-        tensorizer_saving, tensorizer_loading
-    )
-
-    module: torch.nn.Module = _tiny_model()
-
-    with tensorizer_saving():
-        torch.save(module, "module.pt")
-
-    assert os.path.exists("module.pt")
-    assert os.path.exists("module.pt.tensors")
-
-    # weights_only=False: a whole module is a pickle of arbitrary objects (torch >= 2.6 defaults to
-    # weights_only=True, which the docstring predates).
-    with tensorizer_loading(device=DEVICE, num_readers=4):
-        deserialized_module = torch.load("module.pt", weights_only=False)
-
-    assert isinstance(deserialized_module, TinyNet)
-    _assert_same_tensors(deserialized_module.state_dict(), module.state_dict())
-    ids = torch.randint(0, 100, (3, 5))
-    assert torch.equal(deserialized_module.cpu()(ids), module(ids))
-
-
-def test_readme_torch_compat_weights_only(in_tmp):
-    """README: weights_only=True is incompatible unless suppress_weights_only=True."""
-    from tensorizer.torch_compat import tensorizer_loading, tensorizer_saving
-
-    model = _tiny_model()
-    with tensorizer_saving():
-        torch.save(model.state_dict(), "model.pt")
-    with tensorizer_loading(suppress_weights_only=True):
-        state_dict = torch.load("model.pt", weights_only=True)
-    _assert_same_tensors(state_dict, model.state_dict())
-
-
-# ---------------------------------------------------------------------------------------------
-# Additional Features: Concurrent Reads, state_dict, bfloat16, Numpy
-
-
-def test_readme_concurrent_reads(in_tmp):
-    model = _tiny_model()
-    serializer = TensorSerializer("model.tensors")
-    serializer.write_module(model)
-    serializer.close()
-
-    for readers in (1, 2, 4):
-        with TensorDeserializer("model.tensors", device="cpu", num_readers=readers) as d:
-            _assert_same_tensors(dict(d), model.state_dict())
-    data = Path("model.tensors").read_bytes()
-    # "synthetic file-like objects such as BytesIO are not currently able to be reopened": 2.11.1
-    # raises ValueError; ours lifts that limitation (serialization.py's list of differences), so
-    # there the load must simply be right.
-    if importlib.util.find_spec("tensorizer._C") is None:
-        with pytest.raises(ValueError):
-            TensorDeserializer(io.BytesIO(data), device="cpu", num_readers=2)
-    else:
-        with TensorDeserializer(io.BytesIO(data), device="cpu", num_readers=2) as d:
-            _assert_same_tensors(dict(d), model.state_dict())
-    with TensorDeserializer(io.BytesIO(data), device="cpu", num_readers=1) as d:
-        _assert_same_tensors(dict(d), model.state_dict())
-
-
-def test_readme_state_dict_support(in_tmp):
-    """The deserializer of a write_module file is usable as a state_dict for load_state_dict."""
-    model = _tiny_model()
-    serializer = TensorSerializer("model.tensors")
-    serializer.write_module(model)
-    serializer.close()
-    fresh = _tiny_model(seed=99)
-    with TensorDeserializer("model.tensors", device="cpu") as d:
-        fresh.load_state_dict(d, strict=True)
-    _assert_same_tensors(fresh.state_dict(), model.state_dict())
-
-
-OPAQUE = {
-    "bf16": torch.bfloat16,
-    "c32": torch.complex32,
-    "f8e5m2": torch.float8_e5m2,
-    "f8e4m3fn": torch.float8_e4m3fn,
-}
-
-
-@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
-def test_readme_bfloat16_support(in_tmp):
-    torch.manual_seed(3)
-    tensors = {name: torch.randn(7, 5).to(dtype) for name, dtype in OPAQUE.items()}
-    tensors["i16"] = torch.arange(35, dtype=torch.int16).reshape(7, 5)  # a real int dtype
-    serializer = TensorSerializer("mixed.tensors")
-    for i, (name, tensor) in enumerate(tensors.items()):
-        serializer.write_tensor(i, name, TensorType.PARAM, tensor)
-    serializer.close()
-    with TensorDeserializer("mixed.tensors", device="cpu") as d:
-        for name, tensor in tensors.items():
-            assert d[name].dtype == tensor.dtype, name
-            assert torch.equal(d[name].view(torch.uint8), tensor.view(torch.uint8)), name
-
-
-def test_readme_numpy_support(in_tmp):
-    import numpy as np
-
-    arrays = {"f32": np.arange(12, dtype=np.float32).reshape(3, 4), "u8": np.arange(5, dtype=np.uint8)}
-    bf16 = torch.tensor([1.5, -2.25, 3.0], dtype=torch.bfloat16)
-    serializer = TensorSerializer("numpy.tensors")
-    serializer.write_tensor(0, "f32", TensorType.PARAM, arrays["f32"])
-    serializer.write_tensor(0, "u8", TensorType.BUFFER, arrays["u8"])
-    serializer.write_tensor(0, "bf16", TensorType.PARAM, bf16)
-    serializer.close()
-
-    # Opaque dtypes raise ValueError unless allow_raw_data=True.
-    with TensorDeserializer("numpy.tensors", device="cpu", lazy_load=True) as d:
-        with pytest.raises(ValueError):
-            list(d.read_numpy_arrays())
-    with TensorDeserializer("numpy.tensors", device="cpu", lazy_load=True) as d:
-        rows = list(d.read_numpy_arrays(allow_raw_data=True))
-    assert [row[2] for row in rows] == ["f32", "u8", "bf16"]
-    by_name = {row[2]: row for row in rows}
-    for name, array in arrays.items():
-        _, ttype, _, got, is_opaque, torch_dtype = by_name[name]
-        assert isinstance(got, np.ndarray) and got.dtype == array.dtype and (got == array).all()
-        assert (is_opaque, torch_dtype) == (False, None)
-    assert by_name["u8"][1] == TensorType.BUFFER
-    _, _, _, raw, is_opaque, torch_dtype = by_name["bf16"]
-    assert is_opaque is True and torch_dtype == "torch.bfloat16"
-    assert raw.tobytes() == bf16.view(torch.int16).numpy().tobytes()
-    # read_tensors yields the true dtype.
-    with TensorDeserializer("numpy.tensors", device="cpu", lazy_load=True) as d:
-        got = {name: t for _, _, name, t in d.read_tensors()}
-    assert got["bf16"].dtype == torch.bfloat16 and torch.equal(got["bf16"], bf16)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -654,7 +358,7 @@ def test_example_encrypt_existing(in_tmp):
     write_tensor, keeping module_idx, name and type."""
     from tensorizer import DecryptionParams, EncryptionParams
 
-    model = _tiny_model()
+    model = tiny_model_for_readme()
     serializer = TensorSerializer("plain.tensors")
     serializer.write_module(model)
     serializer.close()
