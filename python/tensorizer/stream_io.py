@@ -5,7 +5,8 @@ engine (`tensorizer._C.Source`: a keep-alive HTTP range client, SigV4-signed S3 
 client) instead of a curl subprocess, wrapped in a seekable read-only stream. The native source is
 kept as the stream's `_tz_source`, so `TensorDeserializer` can read through it directly. Writes to
 s3:// go to a temporary file that is uploaded on close. Local files use the built-in `open` and
-need nothing native.
+need nothing native. The remote stream and that upload file are in `_remote_stream`, the S3
+credential and endpoint resolution in `_s3_config`; their names are importable from here as before.
 
 Differences from tensorizer 2.11.1 (`CURLStreamFile`, `RedisStreamFile`, `CAInfo` keep their names
 and signatures):
@@ -64,6 +65,21 @@ import weakref
 from io import SEEK_CUR, SEEK_END, SEEK_SET
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
+from ._remote_stream import (
+    _DEFAULT_READ_AHEAD_BYTES, _REDIRECT_STATUSES, _REDIRECTS_MAX, _TIME_LIMITS, _check_range, _open_source,
+    _os_error, _quote_url, _RemoteStream, _remove_quietly, _resolve_redirects, _S3UploadFile, _time_options,
+)
+from ._s3_config import (
+    _botocore_credentials, _botocore_endpoint, _botocore_session, _get_s3cfg_values, _is_caios, _parse_s3_uri,
+    _ParsedCredentials, _presign_v2, _presign_v4, _resolve_s3, _uri_options,
+)
+
+# Bound here though no code below uses them (the code that did moved to _remote_stream / _s3_config;
+# serialization and tests reach some as stream_io.<name>), so every name this module had still resolves.
+_KEPT_NAMES = (email, functools, http, re, ssl, threading, SEEK_CUR, SEEK_END, SEEK_SET, _DEFAULT_READ_AHEAD_BYTES,
+               _REDIRECT_STATUSES, _REDIRECTS_MAX, _TIME_LIMITS, _resolve_redirects, _botocore_endpoint,
+               _get_s3cfg_values, _ParsedCredentials, _uri_options)
+
 __all__ = ["open_stream", "CURLStreamFile", "RedisStreamFile", "CAInfo"]
 
 # Read at every s3:// open (not copied at import), so reassigning them redirects the next open, as
@@ -79,21 +95,6 @@ if sys.platform != "win32":
 else:  # s3cmd's own default on Windows, and ~\.s3cfg where it was placed by hand
     _s3_default_config_paths = tuple(map(os.path.expanduser, (r"~\.s3cfg", r"~\AppData\Roaming\s3cmd.ini")))
 
-
-class _ParsedCredentials(typing.NamedTuple):
-    """What an s3cmd config provides (2.11.1's record; None where absent)."""
-
-    config_file: Optional[str]
-    s3_endpoint: Optional[str]
-    s3_access_key: Optional[str]
-    s3_secret_key: Optional[str]
-    use_https: Optional[bool]
-
-# Small reads of remote streams are served from a read-ahead buffer of this size; larger reads go
-# straight into the caller's buffer in one ranged request. `buffer_size` overrides it (0 = none).
-_DEFAULT_READ_AHEAD_BYTES = 1 << 20
-_REDIRECT_STATUSES = (301, 302, 303, 307, 308)
-_REDIRECTS_MAX = 10
 # The node-local cache of http(s):// and s3:// objects (an extension; backends/CACHE.md): a load
 # also keeps a copy in this directory, keyed by URI + ETag, and the next open of the unchanged object
 # reads the copy. None follows TENSORIZER_CACHE_DIR (unset: no cache). `cache_max_size` bounds it
@@ -101,41 +102,6 @@ _REDIRECTS_MAX = 10
 # system). Both are read at every open.
 cache_dir: Optional[str] = None
 cache_max_size: Optional[Union[int, str]] = None
-# The native engine's time limits, in seconds, accepted in a `timeouts` mapping.
-_TIME_LIMITS = ("connect_timeout", "first_byte_timeout", "stall_timeout", "give_up_after", "deadline")
-
-
-@functools.lru_cache(maxsize=None)
-def _get_s3cfg_values(config_paths=None) -> _ParsedCredentials:
-    """The [default] section of the first readable s3cmd config among `config_paths` (a path or a
-    tuple of them; `_s3_default_config_paths` when empty), as in 2.11.1: cached, all fields None
-    when no file is readable, ValueError when the file has no [default] section."""
-    import configparser
-
-    if not config_paths:
-        config_paths = _s3_default_config_paths
-    elif isinstance(config_paths, (str, bytes, os.PathLike)):
-        config_paths = (config_paths,)
-    config = configparser.ConfigParser()
-    for config_path in config_paths:
-        if config.read((config_path,)):
-            break
-    else:
-        return _ParsedCredentials(None, None, None, None, None)
-    if "default" not in config:
-        raise ValueError(f"No default section in {config_path}")
-    section = config["default"]
-    use_https = {"True": True, "False": False}.get(section.get("use_https"))
-    return _ParsedCredentials(os.fsdecode(config_path), section.get("host_base"), section.get("access_key"),
-                              section.get("secret_key"), use_https)
-
-
-def _parse_s3_uri(uri: str) -> Tuple[str, str]:
-    """(bucket, key) of s3://bucket/key; ValueError for another scheme (2.11.1's helper)."""
-    parts = urllib.parse.urlparse(uri)
-    if parts.scheme.lower() != "s3":
-        raise ValueError(f"Invalid S3 URI: {uri}")
-    return parts.netloc, parts.path.lstrip("/")
 
 
 def _parse_redis_uri(uri: str) -> Tuple[str, int, str]:
@@ -160,12 +126,6 @@ def _enforce_scheme(endpoint: str, allow_http: bool = False, force_http: bool = 
     raise ValueError("Non-HTTPS endpoint URLs are not allowed.")
 
 
-def _is_caios(endpoint: str) -> bool:
-    """Whether `endpoint` is CoreWeave AI Object Storage (virtual-hosted addressing only)."""
-    host = urllib.parse.urlparse(endpoint if "//" in endpoint else "//" + endpoint).netloc
-    return host.lower() in {"cwobject.com", "cwlota.com"}
-
-
 def _native():
     try:
         from . import _C
@@ -175,18 +135,6 @@ def _native():
             f" which could not be imported: {e}"
         ) from e
     return _C
-
-
-def _os_error(e: BaseException, what: str) -> OSError:
-    """`e` as an OSError whose message starts with `what`, keeping OSError subclasses
-    (FileNotFoundError, PermissionError, TimeoutError, ...)."""
-    message = f"{what}: {e}"
-    if isinstance(e, OSError):
-        try:
-            return type(e)(message)
-        except Exception:
-            pass
-    return OSError(message)
 
 
 class CAInfo:
@@ -263,13 +211,6 @@ class CAInfo:
         return f"CAInfo{self._curl_flags}"
 
 
-def _remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 def _tls_options(certificate_handling: Optional[CAInfo]) -> Dict[str, Any]:
     if certificate_handling is None:
         return {}
@@ -279,259 +220,6 @@ def _tls_options(certificate_handling: Optional[CAInfo]) -> Dict[str, Any]:
             f" CAInfo object, not {certificate_handling.__class__.__name__}"
         )
     return certificate_handling.remote_options()
-
-
-def _time_options(timeouts: Optional[Mapping[str, Optional[float]]]) -> Dict[str, float]:
-    """The native options for a `timeouts` mapping (seconds by limit name; None keeps a default)."""
-    if timeouts is None:
-        return {}
-    unknown = sorted(set(timeouts) - set(_TIME_LIMITS))
-    if unknown:
-        raise TypeError(f"unknown timeouts {unknown}; the limits are {', '.join(_TIME_LIMITS)}")
-    options = {name: float(seconds) for name, seconds in timeouts.items() if seconds is not None}
-    # Checked here too (the engine checks again) so a bad value is a ValueError, not a failed open.
-    for name, seconds in options.items():
-        zero_allowed = name in ("give_up_after", "deadline")
-        if not (0 <= seconds <= 86400) or (seconds == 0 and not zero_allowed):
-            raise ValueError(f"timeouts[{name!r}] must be {'0 (none) to' if zero_allowed else 'more than 0 and at most'}"
-                             f" 86400 seconds, got {seconds}")
-    return options
-
-
-def _check_range(begin: Optional[int], end: Optional[int]) -> int:
-    begin = 0 if begin is None else begin
-    if begin < 0:
-        raise ValueError("Invalid begin, must be non-negative")
-    if end is not None and end <= begin:
-        raise ValueError(f"End marker must come strictly after begin marker (requested range: {begin} to {end})")
-    return begin
-
-
-def _quote_url(url: str) -> str:
-    """Percent-encodes what may not appear raw in an HTTP request target (spaces, non-ASCII, ...),
-    leaving existing %XX escapes and reserved characters alone."""
-    parts = urllib.parse.urlsplit(url)
-    path = urllib.parse.quote(parts.path, safe="/%!$&'()*+,;=:@~")
-    query = urllib.parse.quote(parts.query, safe="/%!$&'()*+,;=:@~?")
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, query, parts.fragment))
-
-
-def _resolve_redirects(url: str, tls: Dict[str, Any]) -> str:
-    """Follows HTTP redirects from `url` with HEAD requests; returns the final URL."""
-    # http.client has one timeout for every socket operation: the longer of connect and first byte.
-    wait = max(tls.get("connect_timeout", 5.0), tls.get("first_byte_timeout", 10.0))
-    for _ in range(_REDIRECTS_MAX):
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme.lower() == "https":
-            context = ssl.create_default_context(cafile=tls.get("ca_file"))
-            if tls.get("insecure"):
-                context.check_hostname = False
-                context.verify_mode = ssl.CERT_NONE
-            conn = http.client.HTTPSConnection(parts.hostname, parts.port, timeout=wait, context=context)
-        else:
-            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=wait)
-        try:
-            target = parts.path or "/"
-            if parts.query:
-                target += "?" + parts.query
-            conn.request("HEAD", target, headers={"Accept-Encoding": "identity"})
-            response = conn.getresponse()
-            location = response.getheader("Location")
-            status = response.status
-        finally:
-            conn.close()
-        if status not in _REDIRECT_STATUSES or not location:
-            return url
-        url = _quote_url(urllib.parse.urljoin(url, location))
-    raise OSError(f"more than {_REDIRECTS_MAX} redirects starting at {url}")
-
-
-def _open_source(uri: str, options: Dict[str, Any]):
-    """Opens a native source over `uri` and learns its size (the first round trip, which is when
-    missing objects, rejected credentials and unreachable servers are found). HTTP redirects are
-    followed. Raises OSError("Failed to open stream: ...")."""
-    _C = _native()
-    if not uri.lower().startswith("redis://"):
-        settings = (("cache_dir", cache_dir), ("cache_max_size", cache_max_size))
-        options = {**{k: os.fspath(v) if k == "cache_dir" else v for k, v in settings if v is not None}, **options}
-
-    def attempt(target):
-        source = _C.Source.open(target, **options)
-        source.size()
-        return source
-
-    try:
-        return attempt(uri)
-    except (TypeError, NotImplementedError):
-        raise
-    except Exception as e:
-        is_http = uri.lower().startswith(("http://", "https://"))
-        if not (is_http and re.search(r"HTTP (%s)\b" % "|".join(map(str, _REDIRECT_STATUSES)), str(e))):
-            raise _os_error(e, "Failed to open stream") from e
-        first_error = e
-    try:
-        final = _resolve_redirects(uri, options)
-        return attempt(final)
-    except (TypeError, NotImplementedError):
-        raise
-    except Exception as e:
-        raise _os_error(e, "Failed to open stream") from first_error
-
-
-class _RemoteStream(io.BufferedIOBase):
-    """A seekable, read-only binary stream over a native source's byte range [begin, end).
-
-    Positions are offsets in the whole object (as in tensorizer): the stream starts at `begin`, and
-    reads stop at `end` (exclusive; default: the object's size). Small reads are served from a
-    read-ahead buffer of `buffer_size` bytes; larger ones are one ranged read into the caller's
-    buffer. Thread-safe (one lock around the position)."""
-
-    def __init__(self, source, *, begin: Optional[int] = None, end: Optional[int] = None,
-                 buffer_size: Optional[int] = None, name: Optional[str] = None, open_seconds: float = 0.0):
-        super().__init__()
-        begin = _check_range(begin, end)
-        self._tz_source = source
-        self._size = source.size()
-        self._tz_begin = begin
-        self._tz_end = self._size if end is None else min(end, self._size)
-        self._pos = begin
-        self._read_ahead = _DEFAULT_READ_AHEAD_BYTES if buffer_size is None else max(0, int(buffer_size))
-        self._buffer = b""
-        self._buffer_offset = 0
-        self._lock = threading.Lock()
-        self.name = name if name is not None else source.name
-        self.response_headers = email.message.Message()
-        self.popen_latencies = []
-        self.http_response_latencies = [open_seconds]
-        self.bytes_read = 0
-        self.bytes_skipped = 0
-        self.read_operations = 0
-
-    @classmethod
-    def _from_source(cls, source, **kwargs):
-        stream = cls.__new__(cls)
-        _RemoteStream.__init__(stream, source, **kwargs)
-        return stream
-
-    def _fork(self, begin: Optional[int] = None, end: Optional[int] = None):
-        """Another stream over the same source with its own range (for parallel readers)."""
-        return self._from_source(self._live_source(), begin=begin, end=end, buffer_size=self._read_ahead,
-                                 name=self.name)
-
-    def _live_source(self):
-        if self.closed:
-            raise ValueError("I/O operation on closed file.")
-        return self._tz_source
-
-    # -- reading -------------------------------------------------------------------------------
-
-    def _read_at(self, offset: int, dst: memoryview) -> None:
-        try:
-            self._live_source().read_into(offset, dst)
-        except (TypeError, ValueError):
-            raise
-        except Exception as e:
-            raise _os_error(e, f"Failed to read {len(dst)} bytes at offset {offset} of {self.name}") from e
-        self.read_operations += 1
-
-    def _fill(self, dst: memoryview) -> None:
-        """Fills dst with the bytes at the current position (the caller clamped it to the end)."""
-        done = 0
-        lo = self._pos - self._buffer_offset
-        if 0 <= lo < len(self._buffer):
-            done = min(len(dst), len(self._buffer) - lo)
-            dst[:done] = self._buffer[lo:lo + done]
-        rest = len(dst) - done
-        if rest:
-            at = self._pos + done
-            if rest >= self._read_ahead:
-                self._read_at(at, dst[done:])
-            else:
-                chunk = bytearray(min(self._read_ahead, self._tz_end - at))
-                self._read_at(at, memoryview(chunk))
-                self._buffer, self._buffer_offset = bytes(chunk), at
-                dst[done:] = self._buffer[:rest]
-        self._pos += len(dst)
-        self.bytes_read += len(dst)
-
-    def _available(self, wanted: Optional[int]) -> int:
-        left = max(0, self._tz_end - self._pos)
-        return left if wanted is None or wanted < 0 else min(wanted, left)
-
-    def read(self, size: Optional[int] = None) -> bytes:  # 2.11.1's parameter names and defaults
-        with self._lock:
-            self._live_source()
-            n = self._available(size)
-            if n == 0:
-                return b""
-            out = bytearray(n)
-            self._fill(memoryview(out))
-            return bytes(out)
-
-    def readinto(self, ba) -> int:
-        with self._lock:
-            self._live_source()
-            with memoryview(ba) as view, view.cast("B") as dst:
-                n = self._available(len(dst))
-                if n:
-                    self._fill(dst[:n])
-                return n
-
-    read1 = read
-    readinto1 = readinto
-
-    def readall(self) -> bytes:
-        return self.read(-1)
-
-    # -- positioning ---------------------------------------------------------------------------
-
-    def seek(self, position: int, whence: int = SEEK_SET) -> int:
-        with self._lock:
-            self._live_source()
-            if whence == SEEK_SET:
-                target = position
-            elif whence == SEEK_CUR:
-                target = self._pos + position
-            elif whence == SEEK_END:
-                target = self._tz_end + position
-            else:
-                raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
-            if target < 0:
-                raise ValueError(f"negative seek position {target}")
-            if target > self._pos:
-                self.bytes_skipped += target - self._pos
-            self._pos = target
-            return target
-
-    def tell(self) -> int:
-        self._live_source()
-        return self._pos
-
-    def size(self) -> int:
-        """The whole object's size in bytes."""
-        return self._size
-
-    # -- properties of the stream --------------------------------------------------------------
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return False
-
-    def fileno(self) -> int:
-        raise io.UnsupportedOperation(f"{type(self).__name__} has no file descriptor")
-
-    def close(self) -> None:
-        self._tz_source = None
-        self._buffer = b""
-        super().close()
-
-    def __repr__(self):
-        return f"<tensorizer.stream_io.{type(self).__name__} {self.name!r} [{self._tz_begin}, {self._tz_end})>"
 
 
 class CURLStreamFile(_RemoteStream):
@@ -584,143 +272,6 @@ class RedisStreamFile(_RemoteStream):
         super().__init__(source, begin=begin, end=end, buffer_size=buffer_size, name=uri,
                          open_seconds=self.setup_latency)
         self.response_latencies = []
-
-
-class _S3UploadFile(io.BufferedRandom):
-    """A temporary local file that becomes the S3 object `uri` when closed (or garbage collected).
-    Leaving a ``with`` block by an exception discards it instead. The temporary file is removed
-    either way."""
-
-    def __init__(self, uri: str, options: Dict[str, Any], upload):
-        fd, path = tempfile.mkstemp(prefix="tensorizer-s3-", suffix=".upload")
-        try:
-            super().__init__(io.FileIO(fd, "w+b", closefd=True))
-        except BaseException:
-            os.close(fd)
-            _remove_quietly(path)
-            raise
-        self._tz_uri, self._tz_path, self._tz_options, self._tz_upload = uri, path, options, upload
-        self._tz_discard = False
-
-    @property
-    def name(self):
-        return self._tz_uri
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            super().close()
-            if not self._tz_discard:
-                try:
-                    self._tz_upload(self._tz_path, self._tz_uri, **self._tz_options)
-                except (TypeError, NotImplementedError):
-                    raise
-                except Exception as e:
-                    raise _os_error(e, f"Failed to upload {self._tz_uri}") from e
-        finally:
-            _remove_quietly(self._tz_path)
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            self._tz_discard = True
-        self.close()
-        return False
-
-
-def _botocore_session():
-    """A fresh botocore session, or None without botocore. Fresh at each open, as 2.11.1's boto3
-    clients are, so environment and config-file changes are seen."""
-    try:
-        import botocore.session
-    except ImportError:
-        return None
-    return botocore.session.Session()
-
-
-def _botocore_credentials(session) -> Dict[str, str]:
-    """Keys (and session token) from botocore's credential chain: the environment, profiles, assume
-    role, web identity / IRSA, SSO caches, container and instance metadata. Empty when none."""
-    credentials = session.get_credentials() if session is not None else None
-    if credentials is None:
-        return {}
-    frozen = credentials.get_frozen_credentials()  # refreshed first where they expire
-    out = {"s3_access_key_id": frozen.access_key, "s3_secret_access_key": frozen.secret_key}
-    if frozen.token:
-        out["s3_session_token"] = frozen.token
-    return out
-
-
-def _botocore_endpoint(session) -> Optional[str]:
-    """The endpoint_url of the active profile's s3 section, else of the profile (as 2.11.1 asks)."""
-    if session is None:
-        return None
-    scoped = session.get_scoped_config()
-    s3_section = scoped.get("s3")
-    return (isinstance(s3_section, dict) and s3_section.get("endpoint_url")) or scoped.get("endpoint_url") or None
-
-
-def _resolve_s3(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, s3_session_token,
-                force_http, for_write: bool) -> Dict[str, Any]:
-    """The native options for an s3:// open. The native client resolves credentials and endpoint
-    itself (explicit, the s3cmd config, the AWS environment, ~/.aws/credentials; format/FORMAT.md
-    §12.1); this adds, in 2.11.1's order, what only Python can see:
-
-    * the s3cmd config found through `_s3_default_config_paths` (handed on by path);
-    * where no keys are given or in that config and botocore is installed, botocore's credentials;
-    * where s3_endpoint, the config's host_base, AWS_ENDPOINT_URL_S3 and AWS_ENDPOINT_URL name no
-      endpoint: botocore's configured endpoint_url (http:// allowed, as from the environment), else
-      `default_s3_write_endpoint` / `default_s3_read_endpoint` as they are now.
-    """
-    out = {"s3_access_key_id": s3_access_key_id, "s3_secret_access_key": s3_secret_access_key,
-           "s3_session_token": s3_session_token, "s3_endpoint": s3_endpoint,
-           "s3_config_path": None if s3_config_path is None else os.fsdecode(s3_config_path),
-           "force_http": None if force_http is None else bool(force_http)}
-    if s3_config_path is not None and not os.path.exists(s3_config_path):
-        return {k: v for k, v in out.items() if v is not None}  # the native client reports it
-    parsed = _ParsedCredentials(None, None, None, None, None)
-    if None in (s3_access_key_id, s3_secret_access_key):  # as there, explicit keys skip the config
-        try:
-            parsed = _get_s3cfg_values(s3_config_path)
-        except ValueError:
-            pass
-        out["s3_config_path"] = out["s3_config_path"] or parsed.config_file
-        if out["s3_config_path"] is None:
-            # None of _s3_default_config_paths is readable: the native client must not read
-            # ~/.s3cfg on its own (those paths are the only ones 2.11.1 looks at).
-            out["s3_no_config"] = True
-    session = None
-    keys_in_config = parsed.s3_access_key and parsed.s3_secret_key
-    if s3_access_key_id is None and s3_secret_access_key is None and not keys_in_config:
-        session = _botocore_session()
-        found = _botocore_credentials(session)
-        if s3_session_token is not None:
-            found.pop("s3_session_token", None)
-        out.update(found)
-    if not (s3_endpoint or parsed.s3_endpoint or os.environ.get("AWS_ENDPOINT_URL_S3")
-            or os.environ.get("AWS_ENDPOINT_URL")):
-        endpoint = _botocore_endpoint(session or _botocore_session())
-        if endpoint and endpoint.lower().startswith("http://"):
-            out["force_http"] = True
-        out["s3_endpoint"] = endpoint or (default_s3_write_endpoint if for_write else default_s3_read_endpoint)
-    elif s3_endpoint:
-        # As 2.11.1, an explicit endpoint goes through `_enforce_scheme`, looked up at each open, so
-        # code that replaces it (2.11.1's own tests do, to reach an http:// server) decides what is
-        # allowed. An http:// result reaches the native client with force_http, which keeps it.
-        config_http = force_http is None and parsed.use_https is False
-        url = _enforce_scheme(s3_endpoint, False, bool(force_http) or config_http)
-        out["s3_endpoint"] = url
-        if url.lower().startswith("http://"):
-            out["force_http"] = True
-    return {k: v for k, v in out.items() if v is not None}
-
-
-def _uri_options(spec: str, for_write: bool = False) -> Dict[str, Any]:
-    """Native options for a URI that TensorSerializer / TensorDeserializer open themselves: for s3://
-    what `open_stream` would use (see _resolve_s3), else none."""
-    if not spec.lower().startswith("s3://"):
-        return {}
-    return _resolve_s3(None, None, None, None, None, None, for_write)
 
 
 def _s3_options(s3_access_key_id, s3_secret_access_key, s3_endpoint, s3_config_path, force_http, s3_region_name,
@@ -826,45 +377,6 @@ def _s3_download_url(path_uri: str, s3_access_key_id: Optional[str], s3_secret_a
     return base + "?" + query
 
 
-def _presign_v2(bucket: str, quoted_key: str, access_key: str, secret_key: str, token: Optional[str],
-                expiry: int) -> str:
-    """The query of a V2 (HMAC-SHA1) presigned GET of /bucket/key expiring at `expiry`."""
-    import base64
-    import hashlib
-    import hmac
-
-    amz = f"x-amz-security-token:{token}\n" if token else ""
-    to_sign = f"GET\n\n\n{expiry}\n{amz}/{bucket}/{quoted_key}"
-    signature = base64.b64encode(hmac.new(secret_key.encode(), to_sign.encode(), hashlib.sha1).digest()).decode()
-    query = {"AWSAccessKeyId": access_key, "Signature": signature, "Expires": str(expiry)}
-    if token:
-        query["x-amz-security-token"] = token
-    return urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
-
-
-def _presign_v4(host: str, path: str, region: str, access_key: str, secret_key: str, token: Optional[str],
-                expires_s: int, now: int) -> str:
-    """The query of a SigV4 presigned GET of `path` on `host` (UNSIGNED-PAYLOAD, host signed)."""
-    import hashlib
-    import hmac
-
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    scope = f"{stamp[:8]}/{region}/s3/aws4_request"
-    query = {"X-Amz-Algorithm": "AWS4-HMAC-SHA256", "X-Amz-Credential": f"{access_key}/{scope}",
-             "X-Amz-Date": stamp, "X-Amz-Expires": str(expires_s), "X-Amz-SignedHeaders": "host"}
-    if token:
-        query["X-Amz-Security-Token"] = token
-    canonical_query = "&".join(f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}"
-                               for k, v in sorted(query.items()))
-    canonical = f"GET\n{path}\n{canonical_query}\nhost:{host}\n\nhost\nUNSIGNED-PAYLOAD"
-    to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-    signing_key = ("AWS4" + secret_key).encode()
-    for part in (stamp[:8], region, "s3", "aws4_request"):
-        signing_key = hmac.new(signing_key, part.encode(), hashlib.sha256).digest()
-    signature = hmac.new(signing_key, to_sign.encode(), hashlib.sha256).hexdigest()
-    return canonical_query + "&X-Amz-Signature=" + signature
-
-
 def _local_path_of_file_uri(uri: str) -> str:
     parts = urllib.parse.urlsplit(uri)
     if parts.netloc not in ("", "localhost"):
@@ -916,23 +428,12 @@ def open_stream(
     """
     if isinstance(path_uri, int) and not isinstance(path_uri, bool):
         return _open_local(path_uri, mode, buffer_size, begin)
-    local_only = isinstance(path_uri, os.PathLike)
-    path_uri = os.fsdecode(path_uri) if isinstance(path_uri, (bytes, os.PathLike)) else path_uri
-    if not isinstance(path_uri, str):
-        raise TypeError(f"open_stream expects a path, URI or file descriptor, not {type(path_uri).__name__}")
-    scheme, sep, _ = path_uri.partition("://")
-    scheme = scheme.lower() if sep and not local_only else None
+    path_uri, scheme = _path_and_scheme(path_uri)
     normalized_mode = "".join(sorted(mode))
 
-    if scheme in ("http", "https"):
-        if normalized_mode != "br":
-            raise ValueError('Only the mode "rb" is valid when opening http(s):// streams.')
-        return CURLStreamFile(path_uri, begin=begin, end=end, buffer_size=buffer_size,
-                              certificate_handling=certificate_handling, timeouts=timeouts)
-    if scheme == "redis":
-        if normalized_mode != "br":
-            raise ValueError('Only the mode "rb" is valid when opening redis:// streams.')
-        return RedisStreamFile(path_uri, begin=begin, end=end, buffer_size=buffer_size, timeouts=timeouts)
+    if scheme in ("http", "https", "redis"):
+        return _open_http_or_redis(path_uri, scheme, normalized_mode, begin, end, buffer_size, certificate_handling,
+                                   timeouts)
     if scheme == "s3":
         if normalized_mode not in ("br", "bw", "ab", "+bw", "+ab"):
             raise ValueError('Only the modes "rb", "wb[+]", and "ab[+]" are valid when opening s3:// streams.')
@@ -948,6 +449,32 @@ def open_stream(
     if scheme == "file":
         path_uri = _local_path_of_file_uri(path_uri)
     return _open_local(path_uri, mode, buffer_size, begin)
+
+
+def _path_and_scheme(path_uri: Union[str, bytes, os.PathLike]) -> Tuple[str, Optional[str]]:
+    """`path_uri` as a str, and its URI scheme in lower case (None for a path without "://" and for
+    any os.PathLike, which is always a local path)."""
+    local_only = isinstance(path_uri, os.PathLike)
+    path_uri = os.fsdecode(path_uri) if isinstance(path_uri, (bytes, os.PathLike)) else path_uri
+    if not isinstance(path_uri, str):
+        raise TypeError(f"open_stream expects a path, URI or file descriptor, not {type(path_uri).__name__}")
+    scheme, sep, _ = path_uri.partition("://")
+    scheme = scheme.lower() if sep and not local_only else None
+    return path_uri, scheme
+
+
+def _open_http_or_redis(path_uri: str, scheme: str, normalized_mode: str, begin: Optional[int], end: Optional[int],
+                        buffer_size: Optional[int], certificate_handling: Optional[CAInfo],
+                        timeouts: Optional[Mapping[str, Optional[float]]]) -> Union[CURLStreamFile, RedisStreamFile]:
+    """`open_stream` for http(s):// and redis:// URIs (`scheme` in lower case): read-only streams."""
+    if scheme in ("http", "https"):
+        if normalized_mode != "br":
+            raise ValueError('Only the mode "rb" is valid when opening http(s):// streams.')
+        return CURLStreamFile(path_uri, begin=begin, end=end, buffer_size=buffer_size,
+                              certificate_handling=certificate_handling, timeouts=timeouts)
+    if normalized_mode != "br":
+        raise ValueError('Only the mode "rb" is valid when opening redis:// streams.')
+    return RedisStreamFile(path_uri, begin=begin, end=end, buffer_size=buffer_size, timeouts=timeouts)
 
 
 def _open_local(path: Union[str, int], mode: str, buffer_size: Optional[int], begin: Optional[int]) -> typing.BinaryIO:
