@@ -82,6 +82,13 @@ def in_tmp(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture(scope="session")
+def server_root(tmp_path_factory):
+    """Where the stream_io tests' servers (test_stream_io_servers.py, test_stream_io_s3.py) keep
+    their configuration and data: one folder for the session."""
+    return tmp_path_factory.mktemp("stream_io_servers")
+
+
 def _real_available() -> str:
     """'' when the real tensorizer runs, otherwise why not."""
     global _real_checked

@@ -17,11 +17,6 @@ from stream_servers import DATA, S3_BUCKET, S3_KEY, S3_PORT, S3_SECRET, Recordin
 
 
 @pytest.fixture(scope="session")
-def server_root(tmp_path_factory):
-    return tmp_path_factory.mktemp("stream_io_servers")
-
-
-@pytest.fixture(scope="session")
 def s3_server(server_root):
     native()
     if shutil.which("curl") is None:

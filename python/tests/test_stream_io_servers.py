@@ -20,11 +20,6 @@ from stream_servers import DATA, HTTP_PORT, HTTPS_PORT, REDIS_PORT, native, star
 
 
 @pytest.fixture(scope="session")
-def server_root(tmp_path_factory):
-    return tmp_path_factory.mktemp("stream_io_servers")
-
-
-@pytest.fixture(scope="session")
 def nginx(server_root):
     native()
     stop = start_server("nginx.sh", server_root)
