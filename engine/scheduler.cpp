@@ -62,12 +62,20 @@ bool scheduler::on_worker() const noexcept { return current_scheduler == this; }
 
 namespace {
 
+// The process's scheduler, made by the first caller and kept until exit, like kvikio's default
+// thread pool. Before, it lived while some handle held it: a Python or C ABI caller that opens,
+// loads and drops a model per call started and joined 16 workers and their io_uring rings on
+// every load (on the H100, Python's later loads spent ~8 ms a load outside the engine against
+// ~1 ms for wrapping the tensors). Never destroyed: at exit its workers may still wait in the
+// kernel, and joining them from a static destructor would order exit behind them.
 std::mutex shared_mutex;
-std::weak_ptr<scheduler> shared_cache;
+std::shared_ptr<scheduler>* shared_kept = nullptr;
 
 void forget_shared_in_child() noexcept {
   new (&shared_mutex) std::mutex();  // another thread may have held it at fork time
-  new (&shared_cache) std::weak_ptr<scheduler>();
+  // The parent's workers do not exist in the child; its scheduler is left as it is (joining
+  // them would wait forever) and the child makes its own.
+  shared_kept = nullptr;
 }
 
 }  // namespace
@@ -76,10 +84,8 @@ std::shared_ptr<scheduler> shared_scheduler() {
   static const bool registered = ::pthread_atfork(nullptr, nullptr, &forget_shared_in_child) == 0;
   (void)registered;
   std::lock_guard lock(shared_mutex);
-  if (auto s = shared_cache.lock()) return s;
-  auto s = std::make_shared<scheduler>();
-  shared_cache = s;
-  return s;
+  if (!shared_kept) shared_kept = new std::shared_ptr<scheduler>(std::make_shared<scheduler>());
+  return *shared_kept;
 }
 
 }  // namespace tz

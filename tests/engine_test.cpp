@@ -68,6 +68,25 @@ TEST_CASE("scheduler runs tasks on its workers and spreads them round-robin") {
   CHECK(a != b);
 }
 
+TEST_CASE("the shared scheduler outlives its holders: later loads reuse its workers and rings") {
+  std::weak_ptr<tz::scheduler> seen;
+  std::thread::id worker;
+  {
+    auto s = tz::shared_scheduler();
+    seen = s;
+    worker = tz::spawn(s->worker_executor(0), []() -> tz::task<std::thread::id> {
+               co_return std::this_thread::get_id();
+             }()).get();
+  }
+  // Every holder is gone; the scheduler (and its worker threads) must still be there.
+  REQUIRE_FALSE(seen.expired());
+  auto again = tz::shared_scheduler();
+  CHECK(again == seen.lock());
+  CHECK(tz::spawn(again->worker_executor(0), []() -> tz::task<std::thread::id> {
+          co_return std::this_thread::get_id();
+        }()).get() == worker);
+}
+
 TEST_CASE("an exception escaping a task reaches the waiter") {
   tz::scheduler sched(1);
   CHECK_THROWS_AS(tz::run(sched, []() -> tz::task<int> {

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 
@@ -160,3 +163,34 @@ def test_a_forked_child_loads_with_its_own_workers(tmp_path) -> None:
         assert os.waitstatus_to_exitcode(status) == 0
         assert len(keep_alive.entries) == 4  # the parent's objects still work
         assert len(keep_alive.load()) == 4
+
+
+def test_loads_one_after_another_reuse_the_engine_workers(tmp_path) -> None:
+    """Opening, loading and dropping a model per call (serving code does) must not start and join
+    the engine's workers (and their io_uring rings) each time: on an H100 that was ~8 ms a load.
+    Run in a fresh interpreter so that no other test's open reader keeps the workers alive."""
+    path = str(tmp_path / "again.tensors")
+    _write_model(path, tensors=4, elements=1 << 12)
+    script = textwrap.dedent(
+        f"""
+        import gc, os, sys
+        import torch
+        torch.set_num_threads(1)
+        from tensorizer import TensorDeserializer
+
+        def cycle():
+            with TensorDeserializer({path!r}, device="cpu", lazy_load=True) as d:
+                assert d["layer.0.weight"].numel() == 1 << 12
+                threads = set(os.listdir("/proc/self/task"))  # the open reader's workers among them
+                assert len(list(d.values())) == 4
+            gc.collect()
+            return threads
+
+        first = cycle()
+        later = [cycle() for _ in range(5)]
+        print(len(first), [len(t) for t in later], [len(first & t) for t in later])
+        sys.exit(0 if all(t == first for t in later) else 3)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"threads first, later, kept from the first: {done.stdout.strip()} {done.stderr[-2000:]}"

@@ -50,13 +50,14 @@ class scheduler {
 
 // The process's shared scheduler for library front-ends that have no caller to own one (the
 // public C++/C facade, the Python module): one worker per core with an io_uring ring each, so a
-// second set would only oversubscribe the cores. Created on first use, held by its users and
-// stopped with the last of them (not at static destruction: joining threads from exit handlers of
-// a shared library is fragile). A forked child (multiprocessing, DataLoader workers) has none of
-// the parent's threads: it forgets the parent's scheduler (leaked there: joining threads that do
-// not exist would hang) and starts its own; objects opened before the fork stay bound to the
-// parent's and must not be used in the child. Each shared library holding a copy of the engine
-// has its own.
+// second set would only oversubscribe the cores. Created on first use and kept until exit, so
+// that loads one after another reuse its workers and rings (never destroyed: joining threads from
+// exit handlers of a shared library is fragile; the libraries that hold it are linked -z nodelete
+// so that no dlclose unmaps code its workers run). A forked child (multiprocessing, DataLoader
+// workers) has none of the parent's threads: it forgets the parent's scheduler (leaked there:
+// joining threads that do not exist would hang) and starts its own; objects opened before the
+// fork stay bound to the parent's and must not be used in the child. Each shared library holding
+// a copy of the engine has its own.
 std::shared_ptr<scheduler> shared_scheduler();
 
 // Starts `t` on `ex` and returns a future for its value; an exception escaping the task is
