@@ -41,6 +41,10 @@ result<device_buffer> alloc_device(int device, std::size_t size_bytes) {
   return no_cuda("device buffer of " + std::to_string(size_bytes) + " bytes on cuda:" + std::to_string(device));
 }
 
+result<void> zero_async(void*, std::size_t size_bytes, void*) {
+  return no_cuda("zeroing " + std::to_string(size_bytes) + " device bytes");
+}
+
 result<void> download(const device_buffer& src, std::size_t offset_bytes, std::span<std::byte> host) {
   return no_cuda("download of " + std::to_string(host.size()) + " bytes from offset " + std::to_string(offset_bytes) +
                  " of a " + std::to_string(src.size_bytes()) + "-byte device buffer");

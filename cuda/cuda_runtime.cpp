@@ -136,6 +136,17 @@ void device_buffer::release() noexcept {
   device_ = -1;
 }
 
+result<void> zero_async(void* device_data, std::size_t size_bytes, void* cuda_stream) {
+  if (size_bytes == 0) return {};
+  cudaError_t rc = cudaMemsetAsync(device_data, 0, size_bytes, static_cast<cudaStream_t>(cuda_stream));
+  if (rc != cudaSuccess) {
+    int device = -1;
+    static_cast<void>(cudaGetDevice(&device));
+    return failure("cudaMemsetAsync", rc, device, "zeroing " + std::to_string(size_bytes) + " device bytes");
+  }
+  return {};
+}
+
 result<void> download(const device_buffer& src, std::size_t offset_bytes, std::span<std::byte> host) {
   const std::string what = "download of " + std::to_string(host.size()) + " bytes from offset " +
                            std::to_string(offset_bytes) + " of a " + std::to_string(src.size_bytes()) +

@@ -79,26 +79,6 @@ result<std::unique_ptr<lease_ring>> make_pinned_ring(std::size_t slot_count, std
   }
 }
 
-pooled_ring::pooled_ring(pooled_ring&& other) noexcept
-    : owner_(std::exchange(other.owner_, nullptr)), ring_(std::move(other.ring_)) {}
-
-pooled_ring& pooled_ring::operator=(pooled_ring&& other) noexcept {
-  if (this != &other) {
-    give_back();
-    owner_ = std::exchange(other.owner_, nullptr);
-    ring_ = std::move(other.ring_);
-  }
-  return *this;
-}
-
-pooled_ring::~pooled_ring() { give_back(); }
-
-void pooled_ring::give_back() noexcept {
-  if (owner_ != nullptr && ring_) owner_->give_back(std::move(ring_));
-  owner_ = nullptr;
-  ring_.reset();
-}
-
 result<std::unique_ptr<device_context>> device_context::create(int device, int stream_count) {
   TZ_TRY(up, cuda::uploader::create(device, stream_count));
   return std::unique_ptr<device_context>(new device_context(std::move(up)));
@@ -137,6 +117,31 @@ result<pooled_ring> device_context::take_ring(std::size_t slot_count, std::size_
   return pooled_ring(this, std::move(ring));
 }
 
+result<pooled_device_buffer> device_context::take_device_buffer(std::size_t size_bytes) {
+  {
+    std::lock_guard lock(mutex_);
+    auto best = idle_buffers_.end();
+    for (auto it = idle_buffers_.begin(); it != idle_buffers_.end(); ++it) {
+      if ((*it)->size_bytes() >= size_bytes && (best == idle_buffers_.end() || (*it)->size_bytes() < (*best)->size_bytes()))
+        best = it;
+    }
+    if (best != idle_buffers_.end()) {
+      auto buffer = std::move(*best);
+      idle_buffers_.erase(best);
+      return pooled_device_buffer(this, std::move(buffer));
+    }
+  }
+  TZ_TRY(buffer, cuda::alloc_device(device(), size_bytes));
+  return pooled_device_buffer(this, std::make_unique<cuda::device_buffer>(std::move(buffer)));
+}
+
+std::size_t device_context::idle_device_bytes() const {
+  std::lock_guard lock(mutex_);
+  std::size_t bytes = 0;
+  for (const auto& b : idle_buffers_) bytes += b->size_bytes();
+  return bytes;
+}
+
 result<void> device_context::reserve_ring(std::size_t slot_count, std::size_t slot_bytes) {
   TZ_TRY(ring, take_ring(slot_count, slot_bytes));
   return {};  // `ring` goes back to the pool here, idle for the next load
@@ -145,6 +150,16 @@ result<void> device_context::reserve_ring(std::size_t slot_count, std::size_t sl
 std::size_t device_context::pinned_bytes() const {
   std::lock_guard lock(mutex_);
   return pinned_bytes_;
+}
+
+void device_context::give_back(std::unique_ptr<cuda::device_buffer> buffer) noexcept {
+  std::unique_ptr<cuda::device_buffer> freed;  // freed outside the lock
+  std::lock_guard lock(mutex_);
+  if (buffer->size_bytes() <= pooled_buffer_bytes_max && idle_buffers_.size() < idle_buffers_max) {
+    idle_buffers_.push_back(std::move(buffer));
+  } else {
+    freed = std::move(buffer);
+  }
 }
 
 void device_context::give_back(std::unique_ptr<lease_ring> ring) noexcept {

@@ -65,14 +65,15 @@ class device_destination {
     std::shared_ptr<device_crc> crc;        // CRC32 on the device, when the load does it
   };
 
-  device_destination(cuda::uploader& up, const pipeline& p, const device_layout& layout, load_trace* trace)
-      : made_(std::async(std::launch::async, [&up, &p, &layout, trace] { return make(up, p, layout, trace); }).share()) {}
+  device_destination(device_context& ctx, const pipeline& p, const device_layout& layout, load_trace* trace)
+      : made_(std::async(std::launch::async, [&ctx, &p, &layout, trace] { return make(ctx, p, layout, trace); }).share()) {}
 
   // Blocks until the allocation (and the fills' enqueueing) is done; its outcome. Thread-safe.
   const result<made>& get() const { return made_.get(); }
 
  private:
-  static result<made> make(cuda::uploader& up, const pipeline& p, const device_layout& layout, load_trace* trace) {
+  static result<made> make(device_context& ctx, const pipeline& p, const device_layout& layout, load_trace* trace) {
+    cuda::uploader& up = ctx.uploader();
     const auto t0 = pipeline_clock::now();
     // A verified load's CRC32 results follow the tensors in the same allocation (layout.bytes is
     // a multiple of device_align_bytes, so they are aligned).
@@ -83,7 +84,7 @@ class device_destination {
     made out{std::make_shared<cuda::device_buffer>(std::move(buffer)), {}, seconds_of(nanoseconds_since(t0))};
     if (trace) trace->span("allocate device memory", t0, pipeline_clock::now(), -1, 0, layout.bytes + crc_bytes);
     if (p.decrypt_on_device) {
-      TZ_TRY(opener, device_opener::create(up, p.selected));
+      TZ_TRY(opener, device_opener::create(ctx, p.selected));
       out.opener = std::move(opener);
     }
     if (p.crc_on_device) out.crc = std::make_shared<device_crc>(out.buffer, layout.bytes, p.plan);
@@ -275,15 +276,15 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   auto source = opened.shared_source();  // held for the whole load
   p.source = source.get();
   p.options = &options;
-  TZ_CO_TRY(readers, co_await prepare_device(sched, p, opened, std::move(which), options, ring.ring()));
+  TZ_CO_TRY(readers, co_await prepare_device(sched, p, opened, std::move(which), options, ring.get()));
   const device_layout layout(p.selected);
   if (layout.too_large)
     co_return make_error(errc::unsupported, source->name() + ": tensor '" + format::display_name(layout.too_large->path) +
                                                 "' of " + std::to_string(layout.too_large->deserialized_bytes) +
                                                 " bytes: the load would need more than 2^64 bytes");
   cuda::uploader& up = ctx.uploader();
-  device_destination dst(up, p, layout, options.trace.get());
-  device_sink to(p, up, ring.ring(), dst, layout);
+  device_destination dst(ctx, p, layout, options.trace.get());
+  device_sink to(p, up, ring.get(), dst, layout);
   p.out = &to;
   t.prepare_s = seconds_of(nanoseconds_since(t0));
   const auto t1 = pipeline_clock::now();
@@ -305,7 +306,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   t.decrypt_s = seconds_of(p.counters.decrypt_ns);
   t.upload_s = seconds_of(p.counters.upload_ns);
   t.wait_s = seconds_of(p.counters.wait_ns);
-  co_return device_load_access::make(p, layout, made->buffer, t, ring.ring(), to.slots_out_max());
+  co_return device_load_access::make(p, layout, made->buffer, t, ring.get(), to.slots_out_max());
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

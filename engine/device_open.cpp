@@ -35,18 +35,18 @@ std::vector<cuda::secretbox_job> jobs_of(std::span<const device_chunk> chunks, s
 
 }  // namespace
 
-result<std::unique_ptr<device_opener>> device_opener::create(cuda::uploader& up,
+result<std::unique_ptr<device_opener>> device_opener::create(device_context& ctx,
                                                             std::span<const format::tensor_entry* const> selected) {
   std::uint64_t capacity = 0;
   for (const auto* e : selected) capacity += e->data_length / min_chunk_bytes + 1;
-  const int streams = up.stream_count();
+  const int streams = ctx.uploader().stream_count();
   const std::uint64_t bytes = scratch_offset(capacity) + static_cast<std::uint64_t>(streams) * cuda::secretbox_scratch_bytes;
-  TZ_TRY(aux, cuda::alloc_device(up.device(), bytes));
+  TZ_TRY(aux, ctx.take_device_buffer(bytes));
   return std::unique_ptr<device_opener>(new device_opener(std::move(aux), capacity, streams));
 }
 
 void* device_opener::scratch(int stream_index) const noexcept {
-  return static_cast<std::byte*>(aux_.data()) + scratch_offset(flag_capacity_) +
+  return static_cast<std::byte*>(aux_.get().data()) + scratch_offset(flag_capacity_) +
          static_cast<std::uint64_t>(stream_index) * cuda::secretbox_scratch_bytes;
 }
 
@@ -63,6 +63,9 @@ result<cuda::after_copies_fn> device_opener::opener_for(std::vector<device_chunk
   std::vector<std::uint64_t> offsets(tensor_offsets.begin(), tensor_offsets.end());
   return cuda::after_copies_fn([this, first, chunks, device_base, offsets = std::move(offsets)](
                                    void* stream, int stream_index) -> result<void> {
+    // The pooled buffer holds an earlier load's flags: cleared first, on this stream, so that a
+    // flag no kernel of this load wrote reads as a failed chunk, never as an earlier success.
+    TZ_CHECK(cuda::zero_async(flags() + first, chunks->size(), stream));
     // One launch per run of chunks sharing a key (one key per file unless passphrases differ).
     std::span<const device_chunk> all(*chunks);
     for (std::size_t begin = 0; begin < all.size();) {
@@ -81,7 +84,7 @@ result<void> device_opener::check(const std::string& source) const {
   const std::uint64_t used = next_flag_.load();
   if (used == 0) return {};
   std::vector<std::uint8_t> host(used);
-  TZ_CHECK(cuda::download(aux_, 0, std::as_writable_bytes(std::span(host))));
+  TZ_CHECK(cuda::download(aux_.get(), 0, std::as_writable_bytes(std::span(host))));
   std::lock_guard lock(mutex_);
   for (const auto& b : batches_) {
     for (std::size_t i = 0; i < b.chunks->size(); ++i) {

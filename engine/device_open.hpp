@@ -8,6 +8,7 @@
 #include "pipeline.hpp"
 
 #include "tz/cuda/cuda.hpp"
+#include "tz/engine/device_context.hpp"
 
 #include <atomic>
 #include <cstdint>
@@ -23,8 +24,9 @@ class device_opener {
  public:
   // Device memory for a flag per chunk the selected tensors can have (chunks are at least 1 KiB,
   // format/FORMAT.md §9.4, so data bytes / 1 KiB + 1 per tensor bounds them) and a kernel scratch
-  // per stream of `up`. Errors as cuda::alloc_device.
-  static result<std::unique_ptr<device_opener>> create(cuda::uploader& up,
+  // per stream of the context's uploader, taken from the context's pool (no cudaMalloc or
+  // cudaFree per load for models up to the pool's size). Errors as cuda::alloc_device.
+  static result<std::unique_ptr<device_opener>> create(device_context& ctx,
                                                       std::span<const format::tensor_entry* const> selected);
 
   // The work to run behind a range's copies: open `sealed`, whose tensor `t` starts at device
@@ -38,9 +40,9 @@ class device_opener {
   result<void> check(const std::string& source) const;
 
  private:
-  device_opener(cuda::device_buffer aux, std::uint64_t flag_capacity, int streams) noexcept
+  device_opener(pooled_device_buffer aux, std::uint64_t flag_capacity, int streams) noexcept
       : aux_(std::move(aux)), flag_capacity_(flag_capacity), streams_(streams) {}
-  std::uint8_t* flags() const noexcept { return static_cast<std::uint8_t*>(aux_.data()); }
+  std::uint8_t* flags() const noexcept { return static_cast<std::uint8_t*>(aux_.get().data()); }
   void* scratch(int stream_index) const noexcept;
 
   // The chunks of one range and the flags they were given.
@@ -49,7 +51,7 @@ class device_opener {
     std::shared_ptr<const std::vector<device_chunk>> chunks;
   };
 
-  cuda::device_buffer aux_;  // flags, then the per-stream scratch
+  pooled_device_buffer aux_;  // flags, then the per-stream scratch (a pooled buffer: maybe larger)
   std::uint64_t flag_capacity_ = 0;
   int streams_ = 0;
   std::atomic<std::uint64_t> next_flag_{0};

@@ -5,13 +5,8 @@
 // the ring path never uploads from pageable memory and holds no more pinned memory than its ring;
 // corrupted files (random bytes changed, or cut short) fail on the device path exactly where they
 // fail on the host path, and load the same bytes where they load.
-#include "tz/cuda_emulation.hpp"
-#include "tz/cuda/secretbox.hpp"
-#include "tz/engine/device_load.hpp"
+#include "emulation_case.hpp"
 #include "tz/format/encryption.hpp"
-#include "tz/backends/memory_source.hpp"
-
-#include "float_model.hpp"
 
 #include <doctest/doctest.h>
 
@@ -26,69 +21,7 @@
 #include <thread>
 #include <vector>
 
-namespace emu = tz::cuda::emulation;
-
-namespace {
-
-// Every slot of `r` is free. A ring that was just made still pins slots 1.. on its own thread
-// (lease_ring), so a bounded wait lets that finish; a lease that never came back still fails.
-bool all_slots_free(const tz::lease_ring& r) {
-  for (int i = 0; i < 5000 && r.available() < r.slot_count(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  return r.available() == r.slot_count();
-}
-
-template <class T>
-bool ok(const tz::result<T>& r) {
-  if (!r) MESSAGE("unexpected error (" << tz::errc_name(r.error().code) << "): " << r.error().message);
-  return r.has_value();
-}
-
-constexpr std::size_t kib = 1024;
-constexpr std::size_t mib = 1024 * kib;
-
-using tz_test::write_floats;
-
-// Every tensor of `t` downloaded and compared with what write_floats wrote.
-bool all_floats_match(const tz::device_tensors& t, std::size_t base_bytes) {
-  for (std::size_t i = 0; i < t.size(); ++i) {
-    std::vector<std::byte> got(t.size_bytes(i));
-    if (!tz::cuda::download(t.buffer(), t.device_offset(i), got)) return false;
-    if (!tz_test::floats_match(got, std::stoul(t.entry(i).name.substr(1)), base_bytes)) return false;
-  }
-  return true;
-}
-
-// Nothing allocated, no stream, no event: what every case must leave behind.
-void check_nothing_alive() {
-  const auto c = emu::snapshot();
-  CHECK(c.device_allocations == 0);
-  CHECK(c.host_allocations == 0);
-  CHECK(c.registrations == 0);
-  CHECK(c.streams == 0);
-  CHECK(c.events == 0);
-}
-
-// Restores the default settings and a clean context when a case ends, even a failed one.
-struct emulation_case {
-  explicit emulation_case(emu::settings s = {}) {
-    emu::clear_sticky_error();
-    REQUIRE(emu::configure(s));
-  }
-  ~emulation_case() {
-    emu::fail_copy(0);
-    emu::clear_sticky_error();
-    emu::configure({});
-  }
-};
-
-tz::result<tz::device_tensors> load(tz::scheduler& sched, tz::device_context& ctx, std::shared_ptr<tz::byte_source> src,
-                                    tz::device_load_options o) {
-  auto l = tz::loader::open(sched, src);
-  if (!l) return l.error();
-  return tz::load_to_device(sched, ctx, *l, {}, std::move(o));
-}
-
-}  // namespace
+using namespace emu_test;  // the emulated suites' shared helpers (emulation_case.hpp)
 
 TEST_CASE("the emulation is what this executable runs on") {
   CHECK(tz::cuda::built_with_cuda());
@@ -137,7 +70,7 @@ TEST_CASE("a copy failing at any position fails the load, never hangs, and leave
         CHECK(t.error().message.find("upload of") != std::string::npos);
         {  // every lease came back, and the load gave the ring back to the context's pool
           auto ring = ctx->take_ring(4, 2 * mib).value();
-          CHECK(all_slots_free(ring.ring()));
+          CHECK(all_slots_free(ring.get()));
         }
         CHECK(ctx->pinned_bytes() == pinned);  // no new ring was made
         CHECK(emu::snapshot().device_allocations == 0);  // the failed load's destination is freed
@@ -264,70 +197,6 @@ TEST_CASE("the ring path uploads only from pinned memory and holds no more of it
     REQUIRE(ok(again));
     CHECK(emu::snapshot().registrations == before.registrations + o.slot_count);
     CHECK(emu::snapshot().pageable_copies == before.pageable_copies);
-  }
-  check_nothing_alive();
-}
-
-TEST_CASE("encrypted loads open their chunks on the device: the same bytes and the same errors as the host's workers") {
-  emulation_case scope;
-  auto key = tz::crypto::secret_key::random().value();
-  auto enc = tz::format::tensorizer_encryptor::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
-  // Tensors of 3 cipher chunks (5 MiB), split over 4 MiB slots.
-  auto file = write_floats(4, 5 * mib, &enc);
-  const auto decryption = tz::format::decryption::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
-  REQUIRE(tz::cuda::secretbox_kernels_available());  // the emulation's: libsodium on the stream
-  {
-    tz::scheduler sched(2);
-    auto ctx = tz::device_context::create(0, 3).value();
-    auto load_with = [&](const std::vector<std::byte>& bytes, bool on_device) {
-      tz::device_load_options o;
-      o.decryption = decryption;
-      o.decrypt_on_device = on_device;
-      return load(sched, *ctx, std::make_shared<tz::memory_source>(bytes, "mem-sealed"), o);
-    };
-    for (bool on_device : {true, false}) {
-      CAPTURE(on_device);
-      auto t = load_with(file, on_device);
-      REQUIRE(ok(t));
-      CHECK(all_floats_match(*t, 5 * mib));
-      CHECK((t->timings().decrypt_s > 0) == !on_device);  // the host's workers decrypted, or not
-    }
-    // A flipped byte in the third chunk of the last tensor: both paths name that chunk alike.
-    auto l = tz::loader::open(sched, std::make_shared<tz::memory_source>(file, "mem-sealed")).value();
-    const auto& last = l.index().tensors.back();
-    auto bad = file;
-    bad[last.data_offset + 2 * (2u << 20) + 100] ^= std::byte{0x40};
-    auto on_gpu = load_with(bad, true), on_host = load_with(bad, false);
-    REQUIRE_FALSE(on_gpu.has_value());
-    REQUIRE_FALSE(on_host.has_value());
-    CHECK(on_gpu.error().code == tz::errc::crypto);
-    CHECK(on_gpu.error().message == on_host.error().message);
-    CHECK(on_gpu.error().message.find("chunk 2 of 3") != std::string::npos);
-    CHECK(emu::snapshot().device_allocations == 0);  // the failed loads freed their memory
-  }
-  check_nothing_alive();
-}
-
-TEST_CASE("readers sharing one stream keep each range's copies and kernels together on it") {
-  emulation_case scope;
-  auto key = tz::crypto::secret_key::random().value();
-  auto enc = tz::format::tensorizer_encryptor::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
-  const auto file = write_floats(6, 5 * mib, &enc);  // 3 chunks each, over 4 MiB slots
-  {
-    // Many readers and one stream: without an upload's operations kept contiguous, another
-    // range's kernel pair lands between a pair's two halves and its chunks fail their MAC (as
-    // they did on an H100 before the uploader held the stream while enqueueing).
-    tz::scheduler sched(4);
-    auto ctx = tz::device_context::create(0, 1).value();
-    tz::device_load_options o;
-    o.decryption = tz::format::decryption::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
-    o.readers = 8;
-    for (int round = 0; round < 6; ++round) {
-      CAPTURE(round);
-      auto t = load(sched, *ctx, std::make_shared<tz::memory_source>(file, "mem-one-stream"), o);
-      REQUIRE(ok(t));
-      CHECK(all_floats_match(*t, 5 * mib));
-    }
   }
   check_nothing_alive();
 }
@@ -466,7 +335,7 @@ TEST_CASE("corrupted files: the device path fails where the host path fails, and
                         "host: " << host.error.value_or("loaded") << " | device: " << dev.error.value_or("loaded"));
         {  // every lease came back to the ring, which is back in the context's pool
           auto ring = ctx->take_ring(4, 64 * kib).value();
-          CHECK(all_slots_free(ring.ring()));
+          CHECK(all_slots_free(ring.get()));
         }
         if (host.error) {
           ++failures;

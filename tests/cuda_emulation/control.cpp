@@ -68,6 +68,8 @@ counters snapshot() {
   c.streams = r.streams.size();
   c.events = r.events.size();
   c.copies = r.copies;
+  c.device_mallocs = r.device_mallocs;
+  c.device_frees = r.device_frees;
   c.pageable_copies = r.pageable_copies;
   c.copied_bytes = r.copied_bytes;
   return c;

@@ -145,6 +145,7 @@ cudaError_t cudaMalloc(void** device, std::size_t size_bytes) {
   r.device_memory[reinterpret_cast<std::uintptr_t>(address)] = {
       static_cast<std::byte*>(address), static_cast<std::byte*>(backing), size_bytes, mapped, current_device()};
   used += size_bytes;
+  ++r.device_mallocs;
   *device = address;
   return cudaSuccess;
 }
@@ -161,6 +162,7 @@ cudaError_t cudaFree(void* device) {
     a = it->second;
     r.device_memory.erase(it);
     r.device_used[static_cast<std::size_t>(a.device)] -= a.size_bytes;
+    ++r.device_frees;
   }
   ::munmap(a.address, a.mapped_bytes);
   ::munmap(a.backing, a.mapped_bytes);

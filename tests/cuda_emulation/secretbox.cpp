@@ -16,6 +16,12 @@
 
 namespace tz::cuda {
 
+namespace {
+std::atomic<std::uint64_t> launches_to_skip{0};
+}  // namespace
+
+void emulation::skip_secretbox_launches(std::uint64_t n) { launches_to_skip.store(n); }
+
 bool secretbox_kernels_available() noexcept { return true; }
 
 result<void> launch_secretbox_open(std::span<const secretbox_job> jobs, std::span<const std::uint8_t, 32> key,
@@ -23,6 +29,9 @@ result<void> launch_secretbox_open(std::span<const secretbox_job> jobs, std::spa
   if (jobs.empty()) return {};
   if (device_flags == nullptr || device_scratch == nullptr)
     return make_error(errc::invalid_argument, "secretbox open: null flags or scratch");
+  for (auto left = launches_to_skip.load(); left > 0;) {
+    if (launches_to_skip.compare_exchange_weak(left, left - 1)) return {};
+  }
   std::vector<secretbox_job> copy(jobs.begin(), jobs.end());  // read during the call only, as the kernels'
   std::array<std::uint8_t, 32> k{};
   std::copy(key.begin(), key.end(), k.begin());

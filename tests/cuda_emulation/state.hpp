@@ -103,6 +103,8 @@ struct runtime {
   std::size_t host_bytes = 0;
   std::size_t host_bytes_max = 0;
   std::uint64_t copies = 0;
+  std::uint64_t device_mallocs = 0;  // cudaMalloc calls that allocated, so far
+  std::uint64_t device_frees = 0;    // cudaFree calls that freed, so far
   std::uint64_t pageable_copies = 0;
   std::uint64_t copied_bytes = 0;
   std::uint64_t fail_at = 0;  // copy number that fails (0: none)

@@ -120,6 +120,12 @@ class device_buffer {
 // when the allocation is refused (out of memory), naming the device and size.
 result<device_buffer> alloc_device(int device, std::size_t size_bytes);
 
+// Enqueues setting `size_bytes` device bytes at `device_data` (current device) to zero on
+// `cuda_stream` (a cudaStream_t) and returns without waiting (cudaMemsetAsync): for memory that
+// work enqueued after it on that stream writes, such as the decryption kernels' flags. Fails with
+// errc::cuda when the call is refused.
+result<void> zero_async(void* device_data, std::size_t size_bytes, void* cuda_stream);
+
 // Copies device bytes [offset_bytes, offset_bytes + host.size()) into `host`, blocking until done
 // (cudaMemcpy). For tests and tools: it does not wait for uploads in flight on an uploader's
 // streams, so wait for those first. Fails with errc::invalid_argument for a range outside `src`.

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace tz {
@@ -23,29 +24,43 @@ class device_context;
 // every thread that pins a slot; -1: whichever device each thread has).
 result<std::unique_ptr<lease_ring>> make_pinned_ring(std::size_t slot_count, std::size_t slot_bytes, int device = -1);
 
-// A pinned ring taken from a context's pool for one load; destroying it gives the ring back (its
-// leases must all have been returned, which a finished load guarantees). Move-only.
-class pooled_ring {
+// What a load takes from a context's pool (a pinned ring, a device buffer) and holds until it
+// ends; destroying it gives the item back to the context. Move-only.
+template <class T>
+class pooled {
  public:
-  pooled_ring() noexcept = default;
-  pooled_ring(pooled_ring&& other) noexcept;
-  pooled_ring& operator=(pooled_ring&& other) noexcept;
-  pooled_ring(const pooled_ring&) = delete;
-  pooled_ring& operator=(const pooled_ring&) = delete;
-  ~pooled_ring();
+  pooled() noexcept = default;
+  pooled(pooled&& other) noexcept : owner_(std::exchange(other.owner_, nullptr)), item_(std::move(other.item_)) {}
+  pooled& operator=(pooled&& other) noexcept {
+    if (this != &other) {
+      give_back();
+      owner_ = std::exchange(other.owner_, nullptr);
+      item_ = std::move(other.item_);
+    }
+    return *this;
+  }
+  pooled(const pooled&) = delete;
+  pooled& operator=(const pooled&) = delete;
+  ~pooled() { give_back(); }
 
-  lease_ring& ring() const noexcept { return *ring_; }
-  explicit operator bool() const noexcept { return ring_ != nullptr; }
+  T& get() const noexcept { return *item_; }
+  explicit operator bool() const noexcept { return item_ != nullptr; }
 
  private:
   friend class device_context;
-  pooled_ring(device_context* owner, std::unique_ptr<lease_ring> ring) noexcept
-      : owner_(owner), ring_(std::move(ring)) {}
-  void give_back() noexcept;
+  pooled(device_context* owner, std::unique_ptr<T> item) noexcept : owner_(owner), item_(std::move(item)) {}
+  void give_back() noexcept;  // defined after device_context
 
   device_context* owner_ = nullptr;
-  std::unique_ptr<lease_ring> ring_;
+  std::unique_ptr<T> item_;
 };
+
+// A pinned ring for one load (its leases must all have been returned when it goes back, which a
+// finished load guarantees).
+using pooled_ring = pooled<lease_ring>;
+// Device memory for one load's own bookkeeping (decryption flags and kernel scratch); its
+// contents are whatever the last load left.
+using pooled_device_buffer = pooled<cuda::device_buffer>;
 
 class device_context {
  public:
@@ -88,17 +103,40 @@ class device_context {
   // Pinned bytes held by this context's rings, idle and in use.
   std::size_t pinned_bytes() const;
 
+  // At least `size_bytes` of device memory on this context's device: the smallest idle buffer
+  // that holds it, else a new one. Buffers of at most pooled_buffer_bytes_max go back to the pool
+  // (at most idle_buffers_max of them); larger ones are freed when the load gives them back.
+  // Before, each encrypted load allocated its flags and ended with a cudaFree, which waits for
+  // the whole device: another load's copies, a serving process's kernels. Fails as
+  // cuda::alloc_device.
+  result<pooled_device_buffer> take_device_buffer(std::size_t size_bytes);
+
+  // Device bytes in idle pooled buffers.
+  std::size_t idle_device_bytes() const;
+
   static constexpr std::size_t idle_rings_max = 4;
+  static constexpr std::size_t idle_buffers_max = 4;
+  static constexpr std::size_t pooled_buffer_bytes_max = std::size_t{64} << 20;
 
  private:
-  friend class pooled_ring;
+  template <class T>
+  friend class pooled;
   explicit device_context(cuda::uploader up) noexcept : uploader_(std::move(up)) {}
   void give_back(std::unique_ptr<lease_ring> ring) noexcept;
+  void give_back(std::unique_ptr<cuda::device_buffer> buffer) noexcept;
 
   cuda::uploader uploader_;
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<lease_ring>> idle_;  // rings no load holds
   std::size_t pinned_bytes_ = 0;                   // of every ring made and not yet freed
+  std::vector<std::unique_ptr<cuda::device_buffer>> idle_buffers_;  // device buffers no load holds
 };
+
+template <class T>
+void pooled<T>::give_back() noexcept {
+  if (owner_ != nullptr && item_) owner_->give_back(std::move(item_));
+  owner_ = nullptr;
+  item_.reset();
+}
 
 }  // namespace tz

@@ -25,6 +25,9 @@ settings current_settings();
 // the context then holds the sticky cudaErrorIllegalAddress, as after a real asynchronous fault,
 // until clear_sticky_error().
 void fail_copy(std::uint64_t nth);
+// The next `n` secretbox launches (0: none) report success and run nothing, as a kernel that
+// silently never ran: its chunks keep their ciphertext and their flags keep what they held.
+void skip_secretbox_launches(std::uint64_t n);
 // The calling thread's current device (cudaGetDevice), to check that calls restore it.
 int current_device();
 // Forgets the sticky error (what cudaDeviceReset would do, without destroying anything).
@@ -40,6 +43,8 @@ struct counters {
   std::size_t streams = 0;
   std::size_t events = 0;
   std::uint64_t copies = 0;           // host-to-device copies enqueued so far
+  std::uint64_t device_mallocs = 0;   // cudaMalloc calls that allocated, so far (cudaFree waits for the device)
+  std::uint64_t device_frees = 0;     // cudaFree calls that freed, so far
   std::uint64_t pageable_copies = 0;  // of which from memory neither allocated nor registered as pinned
   std::uint64_t copied_bytes = 0;
 };
