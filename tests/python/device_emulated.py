@@ -206,7 +206,36 @@ def run_deserializer(_C, device, tool, work):
     with torch_on_the_emulation(torch, device):
         check_trace(lambda path: TensorDeserializer(plain, device="cuda:0", trace_file=path).close(), work,
                     "TensorDeserializer(device='cuda:0', trace_file=...)")
+        check_prepared_after_open(plain)
     check_dtypes(torch, device, work)
+
+
+def check_prepared_after_open(plain):
+    """The device's context is prepared once the reader is open, not beside the open (in a fresh
+    process the open starts the engine's workers, and pinning the ring beside that delayed the
+    header pass by 10-20 ms on an H100 host)."""
+    import tensorizer._deserializer_core as core
+    from tensorizer import TensorDeserializer
+
+    events = []
+    open_reader, prepare = core._open_reader, core._prepare_device_quietly
+
+    def recorded_open(*args, **kwargs):
+        events.append("open")
+        return open_reader(*args, **kwargs)
+
+    def recorded_prepare(*args, **kwargs):
+        events.append(f"prepare{args}")
+        return prepare(*args, **kwargs)
+
+    core._open_reader, core._prepare_device_quietly = recorded_open, recorded_prepare
+    try:
+        TensorDeserializer(plain, device="cuda:0").close()
+    finally:
+        core._open_reader, core._prepare_device_quietly = open_reader, prepare
+    check(events == ["open", "prepare(0, False)"], f"TensorDeserializer(device='cuda:0'): open and prepare in the order {events}")
+    if events == ["open", "prepare(0, False)"]:
+        print("TensorDeserializer(device='cuda:0'): the device is prepared after the reader opens")
 
 
 def check_dtypes(torch, device, work):
