@@ -179,8 +179,10 @@ tz_status tz_model_verify(const tz_model* model, const char* const* names, size_
 
 /* Makes this process's context of CUDA device `device` now (CUDA context, streams, completion
  * threads, a pinned staging ring; for verified loads too when `verify` is non-zero), so that the
- * first tz_model_load_to_device finds it ready. Optional; thread-safe; a second call costs
- * nothing. Fails with TZ_ERR_NO_DEVICE or TZ_ERR_CUDA. */
+ * first tz_model_load_to_device finds it ready. Optional: at start-up, or once tz_model_open
+ * has returned (beside the first open of a fresh process it slows that open: both start
+ * threads and pin or map memory). Thread-safe; a second call costs nothing. Fails with
+ * TZ_ERR_NO_DEVICE or TZ_ERR_CUDA. */
 tz_status tz_prepare_device(int device, int verify);
 
 /* ---- Loaded tensors ----------------------------------------------------------------------- */

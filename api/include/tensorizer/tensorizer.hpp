@@ -357,9 +357,11 @@ class model {
 
 // Makes this process's context of CUDA device `device` now: the CUDA context, streams, completion
 // threads and a pinned staging ring (for verified loads too when `verify`), so that the first
-// load_to_device finds them ready. Optional: call it at start-up, e.g. on a thread of its own
-// beside model::open. Thread-safe; a second call costs nothing. Fails with errc::no_device (no
-// GPU, a build without CUDA, a device that does not exist) and errc::cuda.
+// load_to_device finds them ready. Optional: call it at start-up, or on a thread of its own once
+// model::open has returned; not beside the first open of a fresh process, whose engine workers
+// start then (pinning the ring beside that delayed the open by 10-20 ms on an H100 host).
+// Thread-safe; a second call costs nothing. Fails with errc::no_device (no GPU, a build without
+// CUDA, a device that does not exist) and errc::cuda.
 result<void> prepare_device(int device, bool verify = false);
 
 }  // namespace tensorizer
