@@ -1,15 +1,14 @@
-// safetensors reader/writer: dtype mapping, round trips, layout, atomic writes, malformed headers,
-// and (suite "python") files exchanged with the python safetensors library.
+// safetensors reader/writer: dtype mapping, round trips, layout, atomic writes, malformed headers.
+// The files exchanged with the python safetensors library (suite "python") are in
+// safetensors_python_test.cpp, linked into the same executable.
 #include "tz/format/safetensors.hpp"
-#include "tz/crypto/hash.hpp"
 
-#include "requirements.hpp"
+#include "safetensors_helpers.hpp"
 #include "temp_dir.hpp"
 
 #include <doctest/doctest.h>
 
 #include <sys/resource.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <array>
@@ -17,9 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <random>
-#include <sstream>
 
 namespace fs = std::filesystem;
 using namespace tz::format;
@@ -27,39 +24,10 @@ using namespace std::string_literals;
 
 namespace {
 
-// Every byte-sized code plus the packed sub-byte ones, in safetensors' enum order.
-const std::vector<std::string> all_codes = {"BOOL", "F4", "F6_E2M3", "F6_E3M2", "U8", "I8", "F8_E5M2", "F8_E4M3",
-                                            "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "I16", "U16", "F16", "BF16",
-                                            "I32", "U32", "F32", "C64", "F64", "I64", "U64"};
-
-// A fresh directory under /tmp, removed with everything in it at the end of the test.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "tz_st_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~temp_dir() { fs::remove_all(path); }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
+using namespace st_test;
+using tz_test::temp_dir;
 
 void write_text(const fs::path& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
-
-std::string text_of(std::span<const std::byte> bytes) {
-  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
-}
-
-std::vector<std::byte> random_bytes(std::mt19937_64& rng, std::size_t n, bool boolean = false) {
-  std::vector<std::byte> out(n);
-  for (auto& b : out) b = static_cast<std::byte>(boolean ? rng() % 2 : rng() % 256);
-  return out;
-}
 
 // An 8-byte little-endian length, `json`, then `data_bytes` bytes of data.
 std::vector<std::byte> make_file(const std::string& json, std::size_t data_bytes, std::uint64_t length) {
@@ -95,50 +63,6 @@ std::string entry(const std::string& name, const std::string& dtype, const std::
                   std::uint64_t end) {
   return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape + ",\"data_offsets\":[" +
          std::to_string(begin) + "," + std::to_string(end) + "]}";
-}
-
-// Tensors of every dtype: a matrix, a 0-d scalar (byte-sized dtypes only) and a zero-size tensor.
-struct tensor_set {
-  std::vector<std::vector<std::byte>> storage;
-  std::vector<st_write_tensor> tensors;
-  void add(std::string name, std::string dtype, std::vector<std::uint64_t> shape, std::vector<std::byte> data) {
-    storage.push_back(std::move(data));
-    tensors.push_back({std::move(name), std::move(dtype), std::move(shape), {}});
-  }
-  std::span<const st_write_tensor> finish() {
-    for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i].data = storage[i];
-    return tensors;
-  }
-};
-
-tensor_set every_dtype(std::mt19937_64& rng) {
-  tensor_set set;
-  for (const auto& code : all_codes) {
-    const unsigned bits = find_st_dtype(code)->bits;
-    set.add(code + ".matrix", code, {3, 8}, random_bytes(rng, 24 * bits / 8, code == "BOOL"));
-    if (bits % 8 == 0) set.add(code + ".scalar", code, {}, random_bytes(rng, bits / 8, code == "BOOL"));
-    set.add(code + ".empty", code, {0, 5}, {});
-  }
-  return set;
-}
-
-// Checks that `index` describes exactly `tensors`, with the bytes of `file` equal to their data.
-void check_matches(const st_index& index, std::span<const st_write_tensor> tensors, std::span<const std::byte> file) {
-  REQUIRE(index.tensors.size() == tensors.size());
-  for (const auto& t : tensors) {
-    INFO("tensor " << t.name);
-    const st_tensor* got = index.find(t.name);
-    REQUIRE(got != nullptr);
-    CHECK(got->dtype == t.dtype);
-    CHECK(got->shape == t.shape);
-    REQUIRE(got->size_bytes() == t.data.size());
-    CHECK(text_of(file.subspan(got->data_begin, got->size_bytes())) == text_of(t.data));
-  }
-}
-
-int run_command(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace
@@ -394,115 +318,4 @@ TEST_CASE("random corruption of a valid file never crashes the parser") {
     CHECK(covered == copy.size());
   }
   MESSAGE(accepted << " of 3000 corrupted files were still valid");
-}
-
-// --- exchanges with the python library: suite "python", skipped up front (exit 77) where it is not importable ---
-
-namespace {
-
-const tz_test::suite_needs python_needs_safetensors{"python", "python3 with safetensors and torch", [] {
-  if (run_command("python3 -c 'import safetensors, torch' > /dev/null 2>&1") == 0) return std::string();
-  return std::string("`python3 -c 'import safetensors, torch'` failed");
-}};
-
-std::string unhex(const std::string& hex) {
-  std::string out;
-  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
-    out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
-  return out;
-}
-
-std::string hex_of(std::string_view s) {
-  return tz::to_hex(std::span(reinterpret_cast<const std::uint8_t*>(s.data()), s.size()));
-}
-
-std::string sha256_hex(std::span<const std::byte> bytes) { return tz::to_hex(tz::sha256(bytes)); }
-
-struct manifest_tensor {
-  std::string dtype, shape, sha256;
-};
-struct manifest_file {
-  std::map<std::string, manifest_tensor> tensors;
-  std::map<std::string, std::string> metadata;
-};
-
-std::map<std::string, manifest_file> read_manifest(const fs::path& path) {
-  std::map<std::string, manifest_file> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    std::vector<std::string> cols;
-    std::stringstream fields(line);
-    for (std::string col; std::getline(fields, col, '\t');) cols.push_back(col);
-    if (cols.size() == 6 && cols[0] == "T") out[cols[1]].tensors[unhex(cols[2])] = {cols[3], cols[4], cols[5]};
-    if (cols.size() >= 3 && cols[0] == "M")  // an empty value leaves no fourth column
-      out[cols[1]].metadata[unhex(cols[2])] = cols.size() > 3 ? unhex(cols[3]) : "";
-  }
-  return out;
-}
-
-std::string shape_csv(const std::vector<std::uint64_t>& shape) {
-  std::string out;
-  for (std::size_t i = 0; i < shape.size(); ++i) out += (i ? "," : "") + std::to_string(shape[i]);
-  return out;
-}
-
-}  // namespace
-
-TEST_CASE("files written by python safetensors parse, and ours are byte-identical to them" *
-          doctest::test_suite("python")) {
-  temp_dir dir;
-  REQUIRE(run_command("python3 '" TZ_ST_PYTHON_DIR "/st_make.py' '" + dir.path.string() + "'") == 0);
-  const auto manifest = read_manifest(dir.path / "manifest.tsv");
-  REQUIRE(manifest.size() == 22);
-  for (const auto& [name, expected] : manifest) {
-    INFO("file " << name);
-    const auto path = dir.path / name;
-    const auto index = read_safetensors_index(path.string());
-    REQUIRE(index.has_value());
-    const auto file = tz_test::read_file(path);
-    REQUIRE(index->tensors.size() == expected.tensors.size());
-    std::vector<st_write_tensor> again;
-    for (const auto& t : index->tensors) {
-      INFO("tensor " << t.name);
-      REQUIRE(expected.tensors.count(t.name) == 1);
-      const auto& want = expected.tensors.at(t.name);
-      CHECK(t.dtype == want.dtype);
-      CHECK(shape_csv(t.shape) == want.shape);
-      const auto data = std::span(file).subspan(t.data_begin, t.size_bytes());
-      CHECK(sha256_hex(data) == want.sha256);
-      again.push_back({t.name, t.dtype, t.shape, data});
-    }
-    CHECK(std::map<std::string, std::string>(index->metadata.begin(), index->metadata.end()) == expected.metadata);
-    // Python orders a metadata map of two or more entries at random; ours has at most one.
-    const auto copy = dir.path / ("ours_" + name);
-    REQUIRE(write_safetensors(copy.string(), again, index->metadata).has_value());
-    CHECK(tz_test::read_file(copy) == file);
-  }
-}
-
-TEST_CASE("files written by us load in python with the same dtypes, shapes, bytes and metadata" *
-          doctest::test_suite("python")) {
-  std::mt19937_64 rng(3);
-  tensor_set all = every_dtype(rng);
-  all.add("é\"\n\\\t/ name", "F32", {2, 2}, random_bytes(rng, 16));
-  const auto tensors = all.finish();
-  temp_dir dir;
-  // One file per dtype, so python's torch loader checks the dtypes it knows even when it lacks others.
-  std::map<std::string, std::vector<st_write_tensor>> files;
-  for (const auto& t : tensors) files[t.dtype].push_back(t);
-  const st_metadata metadata = {{"format", "pt"}, {"note", "é \"quoted\"\n\x01"}};
-  std::string command = "python3 '" TZ_ST_PYTHON_DIR "/st_check.py'";
-  for (const auto& [code, group] : files) {
-    INFO("dtype " << code);
-    const auto path = dir.path / (code + ".safetensors");
-    const auto manifest_path = dir.path / (code + ".tsv");
-    REQUIRE(write_safetensors(path.string(), group, metadata).has_value());
-    std::ofstream manifest(manifest_path);
-    for (const auto& t : group)
-      manifest << "T\t-\t" << hex_of(t.name) << '\t' << t.dtype << '\t' << shape_csv(t.shape) << '\t'
-               << sha256_hex(t.data) << '\n';
-    for (const auto& [key, value] : metadata) manifest << "M\t-\t" << hex_of(key) << '\t' << hex_of(value) << '\n';
-    command += " '" + path.string() + "' '" + manifest_path.string() + "'";
-  }
-  CHECK(run_command(command) == 0);
 }

@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -45,6 +46,14 @@ struct temp_dir {
 
   // The path of `name` inside the directory.
   std::string file(std::string_view name) const { return (path / name).string(); }
+
+  // The names in the directory, sorted.
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
 };
 
 }  // namespace tz_test
