@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a bare GPU machine from a bundle made by bench/gpu_bundle.sh: the GPU suites (from a
-# directory outside any build tree), then bench/gpu_table.py. Every output goes under OUT.
+# directory outside any build tree) and test_cuda.py, then bench/gpu_table.py and
+# bench/python_load_phases.py. Every output goes under OUT.
 # Usage: gpu_run.sh BUNDLE OUT [gpu_table.py options...]
 set -uo pipefail
 bundle=$(cd "$1" && pwd)
@@ -18,5 +19,12 @@ for t in cuda_test device_load_test api_test secretbox_gpu_test crc32_gpu_test; 
   timeout 120 "$bundle/bin/$t" --test-suite-exclude=reference,reference_2121,http >"$out/$t.log" 2>&1
   echo "$t: exit $? ($(grep -E '^\[doctest\] (test cases|assertions)' "$out/$t.log" | tr '\n' ' '))"
 done
+# Python's device path on the GPU (the reference-vector case skips: no tensorizer 2.11.1 there).
+PYTHONPATH=$bundle/ours LD_LIBRARY_PATH=/tmp/pylib timeout 100 python3 -m pytest "$bundle/pytests/test_cuda.py" -q \
+  -p no:cacheprovider -rs >"$out/pytest_cuda.log" 2>&1
+echo "test_cuda.py: exit $? ($(tail -1 "$out/pytest_cuda.log"))"
 LD_LIBRARY_PATH=/tmp/pylib timeout 500 python3 "$bundle/gpu_table.py" --bin "$bundle/bin" --lib "$bundle/lib" --ours "$bundle/ours" \
   --peers /tmp/peers --json "$out/gpu_table.json" "$@" 2>&1 | tee "$out/gpu_table.txt"
+# Where Python's first and later loads spend their time (bench/python_load_phases.py).
+PYTHONPATH=$bundle/ours LD_LIBRARY_PATH=/tmp/pylib timeout 120 python3 "$bundle/python_load_phases.py" \
+  --cli "$bundle/bin/tensorizer" --lib "$bundle/lib" --json "$out/python_phases.json" 2>&1 | tee "$out/python_phases.txt"

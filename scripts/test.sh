@@ -114,6 +114,8 @@ phase "python tests"
 phase "python benchmark (smoke)"
 "$build_dir/venv/bin/python" bench/python_load_bench.py --smoke --cli "$build_dir/bin/tensorizer" \
   --ours-python "$build_dir/venv/bin/python"
+phase "python load phases (smoke: host, 64 MiB)"
+"$build_dir/venv/bin/python" bench/python_load_phases.py --smoke --cli "$build_dir/bin/tensorizer"
 phase "distributed benchmark (smoke: gloo, world 1/2/4, 16 MiB)"
 "$build_dir/venv/bin/python" bench/distributed_bench.py --smoke
 fuzz_smoke_s=${TZ_FUZZ_SMOKE_S:-5}
