@@ -135,8 +135,9 @@ struct progress {
 // How a model is opened and loaded. The defaults load a local file with every core.
 struct options {
   // Worker threads. 0: the model shares the process-wide scheduler (one worker per core, each with
-  // its own io_uring ring; created with the first such model, stopped with the last). N > 0: the
-  // model gets a private scheduler of N workers, stopped when the model and its loads are gone.
+  // its own io_uring ring; created with the first such model and kept until the process exits, so
+  // models opened one after another reuse it). N > 0: the model gets a private scheduler of N
+  // workers, stopped when the model and its loads are gone.
   unsigned threads = 0;
   // Reads in flight per load; 0 = automatic (two per worker).
   unsigned readers = 0;
