@@ -146,12 +146,15 @@ def cli_runs(a, path, procs, extra=()):
     """Fresh processes of `load --device`, then one more whose tensors are read back from the
     device (--device-sha256) and must equal `hash --json` of the file: the bytes, not the counts."""
     cli = program(a, "tensorizer")
-    firsts, laters = [], []
+    firsts, laters, pinned = [], [], (0, 0)
     for _ in range(procs):
         rep = json.loads(sh([cli, "load", "--device", "cuda:0", "--json", "--repeat", str(1 + a.later), *extra, path],
                             a.step_timeout))
         firsts.append(rep["runs_gb_per_s"][0])
         laters += rep["runs_gb_per_s"][1:]
+        pinned = max(pinned, (rep["pinned_max_bytes"], rep["ring_bytes"]))
+    if not 0 < pinned[0] <= pinned[1]:  # the goal: pinned memory bounded by the ring, whatever the model
+        raise RuntimeError(f"pinned staging held {pinned[0]} bytes against a ring of {pinned[1]}")
     keys = [x for x in extra if x != "--verify"]
     got = json.loads(sh([cli, "load", "--device", "cuda:0", "--json", "--device-sha256", *extra, path], a.step_timeout))
     want = json.loads(sh([program(a, "tensorizer"), "hash", "--json", *keys, path], a.step_timeout))
@@ -160,7 +163,7 @@ def cli_runs(a, path, procs, extra=()):
     if on_device != in_file:
         bad = [n for n in in_file if on_device.get(n) != in_file[n]]
         raise RuntimeError(f"{len(bad)} tensor(s) differ on the device from the file, e.g. {bad[:3]}")
-    return firsts, laters
+    return firsts, laters, pinned
 
 
 def c_runs(a, path, procs):
@@ -266,17 +269,19 @@ class Steps:
 
 
 def run_steps(a, step, files):
-    """The engine references, then every loader's rows; returns (ref, rows, digests)."""
+    """The engine references, then every loader's rows; returns (ref, rows, digests, pinned)."""
     plain, st, enc, key = files
     ref = step("engine", lambda: engine_reference(a, plain)) or {}
     ref.update(step("engine verified", lambda: engine_reference(a, plain, verify=True)) or {})
     rows, digests = [], {}  # rows: (name, first-load runs, later-load runs)
+    pinned = {}  # CLI rows: (most pinned bytes any load held, the ring's bytes)
     for name, path, extra in [("CLI", plain, ()), ("CLI verified", plain, ("--verify",)),
                               ("CLI encrypted", enc, ("--decrypt-key-file", key)),
                               ("CLI safetensors", st, ())]:
         r = step(name, lambda: cli_runs(a, path, a.procs, extra))
         if r:
             rows.append((name, r[0], r[1]))
+            pinned[name] = r[2]
     r = step("C ABI", lambda: c_runs(a, plain, a.procs))
     if r:
         rows.append(("C ABI", r[0], r[1]))
@@ -288,7 +293,7 @@ def run_steps(a, step, files):
             rows.append((name, r[0], r[1]))
             if r[2]:
                 digests[name] = r[2]
-    return ref, rows, digests
+    return ref, rows, digests, pinned
 
 
 def main():
@@ -304,8 +309,8 @@ def main():
         skip |= {"C ABI", "python"}
     step = Steps(skip)
     with tempfile.TemporaryDirectory(prefix="gpu_table_") as tmp:
-        ref, rows, digests = run_steps(a, step, make_files(a, tmp))
-    report(a, ref, rows, digests)
+        ref, rows, digests, pinned = run_steps(a, step, make_files(a, tmp))
+    report(a, ref, rows, digests, pinned)
     if step.failed:
         print(f"gpu_table: {len(step.failed)} step(s) failed: {', '.join(step.failed)}")
     agree = len({frozenset(d) for d in digests.values()}) <= 1
@@ -316,7 +321,7 @@ def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def report(a, ref, rows, digests):
+def report(a, ref, rows, digests, pinned):
     steady = ref.get("steady", float("nan"))
     print(f"\n== GPU table: {a.size_mib} MiB, medians; first = first load in a fresh process, later = loads after it ==")
     for k in ("limit", "bound", "pipe", "steady", "fresh_ctx", "hash_limit", "sha_limit", "steady_verified", "host_crc_verified"):
@@ -330,6 +335,9 @@ def report(a, ref, rows, digests):
         vs_hash = f"{med(later) / hash_limit:17.3f} {med(later) / sha_limit:15.3f}" if "verified" in name else ""
         print(f"  {name:<30} {med(first):7.2f} {med(later):7.2f}  {med(first) / steady:11.3f} {med(later) / steady:12.3f}"
               f"{vs_hash}")
+    for name, (held, ring) in pinned.items():
+        print(f"  pinned: {name} held at most {held / (1 << 20):.1f} MiB of its {ring / (1 << 20):.1f} MiB ring"
+              " (every load of every process)")
     groups = {}
     for name, ds in digests.items():
         groups.setdefault(frozenset(ds), []).append(name)

@@ -29,7 +29,7 @@ struct load_report {
   unsigned threads = 0;
   unsigned readers = 0;
   std::uint64_t ring_bytes = 0;        // device loads: the pinned staging ring
-  std::uint64_t pinned_max_bytes = 0;  // device loads: the most of it held at once
+  std::uint64_t pinned_max_bytes = 0;  // device loads: the most of it held at once, over every run (--repeat)
   std::string cache;                   // what the node-local cache did (tz::cache_status); "" if off
   std::vector<double> runs_gbps;       // load --repeat N: every run's rate (the report is the median run's)
   std::vector<tensor_sha256> device_sha256;  // load --device --device-sha256: each tensor read back from the device
