@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a bare GPU machine from a bundle made by bench/gpu_bundle.sh: the GPU suites (from a
 # directory outside any build tree) and test_cuda.py, then bench/gpu_table.py and
-# bench/python_load_phases.py. Every output goes under OUT.
+# bench/python_load_phases.py (plain and verified loads). Every output goes under OUT.
 # Usage: gpu_run.sh BUNDLE OUT [gpu_table.py options...]
 set -uo pipefail
 bundle=$(cd "$1" && pwd)
@@ -28,3 +28,7 @@ LD_LIBRARY_PATH=/tmp/pylib timeout 500 python3 "$bundle/gpu_table.py" --bin "$bu
 # Where Python's first and later loads spend their time (bench/python_load_phases.py).
 PYTHONPATH=$bundle/ours LD_LIBRARY_PATH=/tmp/pylib timeout 120 python3 "$bundle/python_load_phases.py" \
   --cli "$bundle/bin/tensorizer" --lib "$bundle/lib" --json "$out/python_phases.json" 2>&1 | tee "$out/python_phases.txt"
+# The same for verified loads (Python's were 0.71x of the hash limit in run 5, the CLI's 0.80x).
+PYTHONPATH=$bundle/ours LD_LIBRARY_PATH=/tmp/pylib timeout 120 python3 "$bundle/python_load_phases.py" --verify --procs 2 \
+  --loads 3 --cli "$bundle/bin/tensorizer" --lib "$bundle/lib" --json "$out/python_phases_verified.json" 2>&1 \
+  | tee "$out/python_phases_verified.txt"

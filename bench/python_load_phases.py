@@ -10,7 +10,7 @@ A first load's extra time shows up in one of these; on an H100 (2026-11-27) it w
 open waiting 10-20 ms for a worker while the pinned ring was made beside it.
 
 usage: python_load_phases.py [--device cuda:0] [--procs 3] [--loads 4] [--size-mib 4096]
-                             [--cli TENSORIZER [--lib DIR]] [--file MODEL] [--smoke]
+                             [--cli TENSORIZER [--lib DIR]] [--file MODEL] [--verify] [--smoke]
 Without --file a model is made with `tensorizer synth` (--cli) in a temporary directory. --smoke:
 64 MiB, 1 process of 2 loads, device cpu unless --device is given. The JSON of every run goes to
 --json when given.
@@ -28,7 +28,7 @@ import tempfile
 import time
 
 
-def worker(path: str, device: str, loads: int) -> None:
+def worker(path: str, device: str, loads: int, verify: bool) -> None:
     """One fresh process: `loads` timed loads; prints one JSON line."""
     import torch
 
@@ -59,7 +59,7 @@ def worker(path: str, device: str, loads: int) -> None:
     for _ in range(loads):
         phase.clear()
         t0 = time.perf_counter()
-        d = TensorDeserializer(path, device=device)
+        d = TensorDeserializer(path, device=device, verify_hash=verify)
         tensors = dict(d.items())
         if device.startswith("cuda"):
             torch.cuda.synchronize()
@@ -67,6 +67,7 @@ def worker(path: str, device: str, loads: int) -> None:
         nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
         engine = {k: float(v) for k, v in d._timings.items()}
         runs.append(dict(phase, total_s=total, gb_per_s=nbytes / total / 1e9, engine_total_s=engine.get("total_s", 0.0),
+                         engine_verify_s=engine.get("verify_s", 0.0), engine_wait_s=engine.get("wait_s", 0.0),
                          outside_s=total - engine.get("total_s", 0.0)))
         del tensors, d
         if device.startswith("cuda"):
@@ -75,8 +76,11 @@ def worker(path: str, device: str, loads: int) -> None:
 
 
 def report(procs: list) -> None:
-    cols = ("total_s", "source_s", "reader_s", "engine_open_s", "load_s", "engine_total_s", "outside_s")
-    print(f"  {'':<7} {'GB/s':>6} " + " ".join(f"{c[:-2]:>12}" for c in cols) + "   (ms, medians over processes)")
+    cols = ("total_s", "source_s", "reader_s", "engine_open_s", "load_s", "engine_total_s", "outside_s", "engine_verify_s",
+            "engine_wait_s")
+    print(f"  {'':<7} {'GB/s':>6} " + " ".join(f"{c[:-2]:>12}" for c in cols)
+          + "   (ms, medians over processes; engine_verify and engine_wait: worker-seconds summed over"
+          " threads, hashing and waiting for a ring slot)")
     for label, pick in (("first", lambda runs: runs[:1]), ("later", lambda runs: runs[1:])):
         rows = [r for p in procs for r in pick(p["runs"])]
         if not rows:
@@ -96,11 +100,12 @@ def main() -> int:
     ap.add_argument("--lib", default="", help="LD_LIBRARY_PATH for the CLI (a GPU bundle's lib/)")
     ap.add_argument("--file", help="an existing model instead of a synthetic one")
     ap.add_argument("--json", help="write every run here")
+    ap.add_argument("--verify", action="store_true", help="verified loads (verify_hash=True)")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
     device = a.device or ("cpu" if a.smoke else "cuda:0")
     if a.worker:
-        worker(a.worker, device, a.loads)
+        worker(a.worker, device, a.loads, a.verify)
         return 0
     if a.smoke:
         a.size_mib, a.procs, a.loads = 64, 1, 2
@@ -115,13 +120,15 @@ def main() -> int:
         procs = []
         for _ in range(a.procs):
             cmd = [sys.executable, os.path.abspath(__file__), "--worker", path, "--device", device, "--loads", str(a.loads)]
+            cmd += ["--verify"] if a.verify else []
             out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300).stdout
             procs.append(json.loads(out.strip().splitlines()[-1]))
-    print(f"python_load_phases: {a.procs} fresh process(es) x {a.loads} loads of {a.size_mib} MiB onto {device}")
+    print(f"python_load_phases: {a.procs} fresh process(es) x {a.loads} {'verified ' if a.verify else ''}loads"
+          f" of {a.size_mib} MiB onto {device}")
     report(procs)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"device": device, "size_mib": a.size_mib, "procs": procs}, f)
+            json.dump({"device": device, "size_mib": a.size_mib, "verify": a.verify, "procs": procs}, f)
     return 0
 
 

@@ -116,6 +116,7 @@ phase "python benchmark (smoke)"
   --ours-python "$build_dir/venv/bin/python"
 phase "python load phases (smoke: host, 64 MiB)"
 "$build_dir/venv/bin/python" bench/python_load_phases.py --smoke --cli "$build_dir/bin/tensorizer"
+"$build_dir/venv/bin/python" bench/python_load_phases.py --smoke --verify --cli "$build_dir/bin/tensorizer"
 phase "distributed benchmark (smoke: gloo, world 1/2/4, 16 MiB)"
 "$build_dir/venv/bin/python" bench/distributed_bench.py --smoke
 fuzz_smoke_s=${TZ_FUZZ_SMOKE_S:-5}
