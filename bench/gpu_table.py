@@ -146,13 +146,14 @@ def cli_runs(a, path, procs, extra=()):
     """Fresh processes of `load --device`, then one more whose tensors are read back from the
     device (--device-sha256) and must equal `hash --json` of the file: the bytes, not the counts."""
     cli = program(a, "tensorizer")
-    firsts, laters, pinned = [], [], (0, 0)
+    firsts, laters, pinned, setups = [], [], (0, 0), []
     for _ in range(procs):
         rep = json.loads(sh([cli, "load", "--device", "cuda:0", "--json", "--repeat", str(1 + a.later), *extra, path],
                             a.step_timeout))
         firsts.append(rep["runs_gb_per_s"][0])
         laters += rep["runs_gb_per_s"][1:]
         pinned = max(pinned, (rep["pinned_max_bytes"], rep["ring_bytes"]))
+        setups.append((rep["setup_s"], rep["stages"]["open_s"], rep["context_s"]))
     if not 0 < pinned[0] <= pinned[1]:  # the goal: pinned memory bounded by the ring, whatever the model
         raise RuntimeError(f"pinned staging held {pinned[0]} bytes against a ring of {pinned[1]}")
     keys = [x for x in extra if x != "--verify"]
@@ -163,7 +164,7 @@ def cli_runs(a, path, procs, extra=()):
     if on_device != in_file:
         bad = [n for n in in_file if on_device.get(n) != in_file[n]]
         raise RuntimeError(f"{len(bad)} tensor(s) differ on the device from the file, e.g. {bad[:3]}")
-    return firsts, laters, pinned
+    return firsts, laters, pinned, setups
 
 
 def c_runs(a, path, procs):
@@ -269,19 +270,20 @@ class Steps:
 
 
 def run_steps(a, step, files):
-    """The engine references, then every loader's rows; returns (ref, rows, digests, pinned)."""
+    """The engine references, then every loader's rows; returns (ref, rows, digests, (pinned, setups))."""
     plain, st, enc, key = files
     ref = step("engine", lambda: engine_reference(a, plain)) or {}
     ref.update(step("engine verified", lambda: engine_reference(a, plain, verify=True)) or {})
     rows, digests = [], {}  # rows: (name, first-load runs, later-load runs)
     pinned = {}  # CLI rows: (most pinned bytes any load held, the ring's bytes)
+    setups = {}  # CLI rows, per process: (set-up before the first load, the open, the GPU's context beside it) in s
     for name, path, extra in [("CLI", plain, ()), ("CLI verified", plain, ("--verify",)),
                               ("CLI encrypted", enc, ("--decrypt-key-file", key)),
                               ("CLI safetensors", st, ())]:
         r = step(name, lambda: cli_runs(a, path, a.procs, extra))
         if r:
             rows.append((name, r[0], r[1]))
-            pinned[name] = r[2]
+            pinned[name], setups[name] = r[2], r[3]
     r = step("C ABI", lambda: c_runs(a, plain, a.procs))
     if r:
         rows.append(("C ABI", r[0], r[1]))
@@ -293,7 +295,7 @@ def run_steps(a, step, files):
             rows.append((name, r[0], r[1]))
             if r[2]:
                 digests[name] = r[2]
-    return ref, rows, digests, pinned
+    return ref, rows, digests, (pinned, setups)
 
 
 def main():
@@ -309,8 +311,8 @@ def main():
         skip |= {"C ABI", "python"}
     step = Steps(skip)
     with tempfile.TemporaryDirectory(prefix="gpu_table_") as tmp:
-        ref, rows, digests, pinned = run_steps(a, step, make_files(a, tmp))
-    report(a, ref, rows, digests, pinned)
+        ref, rows, digests, cli_setup = run_steps(a, step, make_files(a, tmp))
+    report(a, ref, rows, digests, cli_setup)
     if step.failed:
         print(f"gpu_table: {len(step.failed)} step(s) failed: {', '.join(step.failed)}")
     agree = len({frozenset(d) for d in digests.values()}) <= 1
@@ -321,7 +323,7 @@ def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
-def report(a, ref, rows, digests, pinned):
+def report(a, ref, rows, digests, cli_setup):
     steady = ref.get("steady", float("nan"))
     print(f"\n== GPU table: {a.size_mib} MiB, medians; first = first load in a fresh process, later = loads after it ==")
     for k in ("limit", "bound", "pipe", "steady", "fresh_ctx", "hash_limit", "sha_limit", "steady_verified", "host_crc_verified"):
@@ -335,9 +337,14 @@ def report(a, ref, rows, digests, pinned):
         vs_hash = f"{med(later) / hash_limit:17.3f} {med(later) / sha_limit:15.3f}" if "verified" in name else ""
         print(f"  {name:<30} {med(first):7.2f} {med(later):7.2f}  {med(first) / steady:11.3f} {med(later) / steady:12.3f}"
               f"{vs_hash}")
+    pinned, setups = cli_setup
     for name, (held, ring) in pinned.items():
         print(f"  pinned: {name} held at most {held / (1 << 20):.1f} MiB of its {ring / (1 << 20):.1f} MiB ring"
               " (every load of every process)")
+    for name, runs in setups.items():  # not in the rates: the time a fresh CLI process spends before its first load
+        setup, opened, context = (1e3 * med([r[k] for r in runs]) for k in range(3))
+        print(f"  set-up: {name} {setup:.1f} ms before the first load: open {opened:.1f} ms beside the GPU's context"
+              f" {context:.1f} ms (medians over processes)")
     groups = {}
     for name, ds in digests.items():
         groups.setdefault(frozenset(ds), []).append(name)

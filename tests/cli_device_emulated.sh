@@ -74,9 +74,14 @@ for stage in open_s prepare_s transfer_s total_s read_s verify_s decrypt_s uploa
   field "$work/dev.json" stages "$stage" > /dev/null || fail "stage $stage missing"
 done
 [[ $(python3 -c "print($(field "$work/dev.json" stages verify_s) > 0)") == True ]] || fail "verify_s is 0 for a verified load"
+# The set-up before the first load holds the open and the GPU's context made beside it: at least each.
+setup=$(field "$work/dev.json" setup_s) context=$(field "$work/dev.json" context_s) opened=$(field "$work/dev.json" stages open_s)
+[[ $(python3 -c "print(0 < $context <= $setup and $opened <= $setup)") == True ]] ||
+  fail "set-up $setup s does not hold the context ($context s) and the open ($opened s)"
 "$cli" load --device cuda:0 "$work/model.tensors" > "$work/dev.txt"
 grep -qF -- "-> cuda:0: $tensors tensors" "$work/dev.txt" || { cat "$work/dev.txt"; fail "text report"; }
 grep -q "worker-seconds: read" "$work/dev.txt" || fail "no stage timings in the text report"
+grep -q "before the first load: .* made beside the open" "$work/dev.txt" || fail "no set-up line in the text report"
 
 step "small ring, one stream, O_DIRECT"
 "$cli" load --device cuda:0 --json --device-sha256 --slots 2 --slot-mib 1 --streams 1 --direct "$work/model.tensors" \

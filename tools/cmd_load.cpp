@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <future>
 #include <optional>
@@ -161,7 +162,17 @@ result<one_run> load_once(scheduler& sched, loader& l, const load_args& a, const
   return out;
 }
 
-void print_report(const load_args& a, const loader& l, std::vector<one_run> runs, unsigned threads, unsigned readers) {
+// The command's set-up before its first load, wall time: all of it, and of that the GPU's context.
+struct setup_times {
+  double setup_s = 0, context_s = 0;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void print_report(const load_args& a, const loader& l, std::vector<one_run> runs, unsigned threads, unsigned readers,
+                  setup_times setup) {
   auto digests = std::move(runs.back().device_sha256);
   std::vector<double> rates;
   for (const auto& r : runs)
@@ -184,33 +195,45 @@ void print_report(const load_args& a, const loader& l, std::vector<one_run> runs
   // The bound a user checks holds for every load, so the report gives the most any run held.
   for (const auto& r : runs) rep.pinned_max_bytes = std::max(rep.pinned_max_bytes, r.pinned_max_bytes);
   if (a.repeat > 1) rep.runs_gbps = std::move(rates);
+  rep.setup_s = setup.setup_s;
+  rep.context_s = setup.context_s;
   rep.device_sha256 = std::move(digests);
   cli::print_load_report(rep, a.json);
 }
 
+// The GPU's context as start_device made it, and how long that took.
+struct made_context {
+  result<std::unique_ptr<device_context>> ctx;
+  double seconds = 0;
+};
+
 // The GPU's context, made beside the open (both stay outside the rate): streams, completion
 // threads and the pinned ring are ready when the first load starts.
-std::future<result<std::unique_ptr<device_context>>> start_device(const load_args& a, bool verify) {
+std::future<made_context> start_device(const load_args& a, bool verify) {
   return std::async(std::launch::async, [device = *a.device, streams = static_cast<int>(a.streams), a, verify] {
+    const auto t0 = std::chrono::steady_clock::now();
     auto ctx = device_context::create(device, streams);
     device_load_options shape;
     shape.verify = verify;
     shape.slot_count = a.slot_count;
     if (ctx) static_cast<void>((*ctx)->reserve_ring(shape.slots(), a.slot_mib << 20));  // a failure recurs in the load
-    return ctx;
+    return made_context{std::move(ctx), seconds_since(t0)};
   });
 }
 
 int run_load(const load_args& a, const remote_options& remote, load_common_options common) {
+  const auto t0 = std::chrono::steady_clock::now();
+  setup_times setup;
   scheduler sched(a.threads);
-  std::future<result<std::unique_ptr<device_context>>> pending;
+  std::future<made_context> pending;
   if (a.device) pending = start_device(a, common.verify);
   auto l = open_checkpoint(sched, a.inputs, {remote, a.direct});
   std::unique_ptr<device_context> ctx;
   if (a.device) {
     auto made = pending.get();
-    if (!made) return cli::fail("load", made.error());
-    ctx = std::move(*made);
+    if (!made.ctx) return cli::fail("load", made.ctx.error());
+    ctx = std::move(*made.ctx);
+    setup.context_s = made.seconds;
   }
   if (!l) return cli::fail("load", l.error());
   auto which = select_names(*l, a.only);
@@ -218,6 +241,7 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
   if (!a.device) common.readers = a.readers ? a.readers : 2 * sched.thread_count();
   const bool tty = !a.json && ::isatty(STDERR_FILENO);
   if (tty) common.on_progress = draw_progress;
+  setup.setup_s = seconds_since(t0);
   std::vector<one_run> runs;
   for (unsigned k = 0; k < a.repeat; ++k) {
     auto options = common;
@@ -230,7 +254,7 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
     }
     runs.push_back(*r);
   }
-  print_report(a, *l, std::move(runs), sched.thread_count(), common.readers);
+  print_report(a, *l, std::move(runs), sched.thread_count(), common.readers, setup);
   return 0;
 }
 

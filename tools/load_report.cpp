@@ -42,13 +42,13 @@ void print_json(const load_report& r) {
   std::printf("{\"file\":%s,\"format\":\"%s\",\"device\":\"%s\",\"tensors\":%zu,\"bytes\":%llu,\"seconds\":%.6f,"
               "\"gb_per_s\":%.3f,\"rate\":\"bytes (stored tensor data) / seconds (load call to every tensor ready)\","
               "\"verify\":%s,\"direct\":%s,\"threads\":%u,\"readers\":%u,\"ring_bytes\":%llu,\"pinned_max_bytes\":%llu,"
-              "\"cache\":%s,\"stages\":{\"open_s\":%.6f,\"prepare_s\":%.6f,\"transfer_s\":%.6f,\"total_s\":%.6f,\"read_s\":%.6f,"
+              "\"cache\":%s,\"setup_s\":%.6f,\"context_s\":%.6f,\"stages\":{\"open_s\":%.6f,\"prepare_s\":%.6f,\"transfer_s\":%.6f,\"total_s\":%.6f,\"read_s\":%.6f,"
               "\"verify_s\":%.6f,\"decrypt_s\":%.6f,\"upload_s\":%.6f,\"wait_s\":%.6f,\"ring_s\":%.6f,\"alloc_s\":%.6f}%s%s}\n",
               format::json_name(format::plain_path(r.file)).c_str(), r.safetensors ? "safetensors" : "tensorizer",
               r.destination.c_str(), r.tensors, static_cast<unsigned long long>(r.data_bytes), t.total_s, rate_gbps(r),
               r.verify ? "true" : "false", r.direct ? "true" : "false", r.threads, r.readers,
               static_cast<unsigned long long>(r.ring_bytes), static_cast<unsigned long long>(r.pinned_max_bytes),
-              r.cache.empty() ? "null" : format::json_name(format::plain_path(r.cache)).c_str(), t.open_s, t.prepare_s, t.transfer_s, t.total_s, t.read_s, t.verify_s, t.decrypt_s, t.upload_s, t.wait_s, t.ring_s, t.alloc_s,
+              r.cache.empty() ? "null" : format::json_name(format::plain_path(r.cache)).c_str(), r.setup_s, r.context_s, t.open_s, t.prepare_s, t.transfer_s, t.total_s, t.read_s, t.verify_s, t.decrypt_s, t.upload_s, t.wait_s, t.ring_s, t.alloc_s,
               runs_json(r).c_str(), device_sha256_json(r).c_str());
 }
 
@@ -65,6 +65,7 @@ void print_load_report(const load_report& r, bool json) {
   std::printf("  worker-seconds: read %.3f, verify %.3f, decrypt %.3f", t.read_s, t.verify_s, t.decrypt_s);
   if (r.ring_bytes > 0) std::printf(", upload %.3f, wait %.3f", t.upload_s, t.wait_s);
   if (r.ring_bytes > 0) std::printf("\n  device setup: pinned ring %.3f s (in prepare), device memory %.3f s (beside the first reads)", t.ring_s, t.alloc_s);
+  if (r.ring_bytes > 0) std::printf("\n  before the first load: %.3f s, the GPU's context (%.3f s) made beside the open", r.setup_s, r.context_s);
   std::printf("\n  %u worker threads, %u readers, %s reads\n", r.threads, r.readers, r.direct ? "O_DIRECT" : "buffered");
   if (!r.cache.empty()) std::printf("  cache: %s\n", r.cache.c_str());
   if (!r.runs_gbps.empty()) {

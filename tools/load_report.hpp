@@ -32,6 +32,8 @@ struct load_report {
   std::uint64_t pinned_max_bytes = 0;  // device loads: the most of it held at once, over every run (--repeat)
   std::string cache;                   // what the node-local cache did (tz::cache_status); "" if off
   std::vector<double> runs_gbps;       // load --repeat N: every run's rate (the report is the median run's)
+  double setup_s = 0;    // the command's wall time before its first load: workers, the open and (device) the context
+  double context_s = 0;  // device loads: making the GPU's context (streams, threads, pinned ring), beside the open
   std::vector<tensor_sha256> device_sha256;  // load --device --device-sha256: each tensor read back from the device
 };
 
