@@ -1,6 +1,7 @@
 // The loader: reading the index (.tensors or safetensors), selecting, planning, laying out memory.
 #include "tz/engine/loader.hpp"
 
+#include "tz/base/clock.hpp"
 #include "tz/format/safetensors.hpp"
 
 #include <algorithm>
@@ -10,12 +11,6 @@
 namespace tz {
 
 namespace {
-
-using clock_type = std::chrono::steady_clock;
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 task<result<std::vector<std::byte>>> read_bytes(byte_source& src, std::uint64_t offset, std::uint64_t n) {
   std::vector<std::byte> buf(n);
@@ -68,7 +63,7 @@ task<result<format::file_index>> read_safetensors_index(byte_source& src, std::u
 }  // namespace
 
 task<result<loader>> loader::async_open(std::shared_ptr<byte_source> source) {
-  auto t0 = clock_type::now();
+  auto t0 = std::chrono::steady_clock::now();
   TZ_CO_TRY(size, co_await source->size());
   if (size < 8) co_return make_error(errc::format, source->name() + ": " + std::to_string(size) +
                                                        " bytes is too small for a .tensors or safetensors file");

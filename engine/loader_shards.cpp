@@ -1,6 +1,7 @@
 // Sharded checkpoints: several safetensors files opened as one loader. Their indexes become one
 // (offsets moved onto one address space, each shard at a 4 KiB boundary) over a source that sends
 // each read to the shard holding those bytes, so plans, pipelines and sinks see a single file.
+#include "tz/base/clock.hpp"
 #include "tz/engine/loader.hpp"
 #include "tz/engine/wait_group.hpp"
 
@@ -167,7 +168,7 @@ task<result<loader>> loader::async_open_shards(scheduler& sched, std::string nam
   l.source_ = std::make_shared<shard_set_source>(name, std::move(sources), spans, all.file_bytes);
   l.index_ = std::make_shared<const format::file_index>(std::move(all));
   l.shards_ = std::move(spans);
-  l.open_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  l.open_s_ = seconds_since(t0);
   co_return l;
 }
 

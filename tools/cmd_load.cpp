@@ -6,6 +6,7 @@
 #include "load_report.hpp"
 #include "remote_args.hpp"
 
+#include "tz/base/clock.hpp"
 #include "tz/engine/device_load.hpp"
 #include "tz/engine/load_trace.hpp"
 #include "tz/sources/checkpoint.hpp"
@@ -166,10 +167,6 @@ result<one_run> load_once(scheduler& sched, loader& l, const load_args& a, const
 struct setup_times {
   double setup_s = 0, context_s = 0;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 void print_report(const load_args& a, const loader& l, std::vector<one_run> runs, unsigned threads, unsigned readers,
                   setup_times setup) {

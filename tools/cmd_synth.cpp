@@ -1,6 +1,7 @@
 // tensorizer synth: writes a deterministic transformer-shaped sample model of a given size.
 #include "cli.hpp"
 #include "remote_args.hpp"
+#include "tz/base/clock.hpp"
 #include "tz/format/writer.hpp"
 
 #include <chrono>
@@ -94,7 +95,7 @@ int cmd_synth(int argc, char** argv) {
     tz::scheduler sched;
     if (auto p = target->publish(sched); !p) return cli::fail("synth", p.error());
   }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double s = seconds_since(start);
   std::printf("wrote %s: %llu tensors, %.1f MiB of data in %.2f s\n", a->positional[0].c_str(),
               static_cast<unsigned long long>(n), total / 1048576.0, s);
   return 0;
