@@ -11,16 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
-
-#define CHECK(cond)                                                                                \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed (last error: %s)\n", __FILE__, __LINE__, #cond,   \
-              tz_last_error_message());                                                            \
-      ++failures;                                                                                  \
-    }                                                                                              \
-  } while (0)
+#include "c_check.h"
 
 /* Every rank's share of `world`, loaded into one flat buffer, equals the tensors loaded whole. */
 static void partition_rebuilds_the_model(const char* file, unsigned world) {

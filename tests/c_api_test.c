@@ -20,16 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int failures = 0;
-
-#define CHECK(cond)                                                                     \
-  do {                                                                                  \
-    if (!(cond)) {                                                                      \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed (last error: %s)\n", __FILE__, __LINE__, #cond, \
-              tz_last_error_message());                                                 \
-      ++failures;                                                                       \
-    }                                                                                   \
-  } while (0)
+#include "c_check.h"
 
 static char dir[4096];
 
