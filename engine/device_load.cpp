@@ -207,7 +207,8 @@ result<void> wait_all(cuda::uploader& up, const std::vector<std::shared_ptr<cuda
 // Fills device_tensors' private fields (befriended by the header).
 struct device_load_access {
   static device_tensors make(const pipeline& p, const device_layout& layout, std::shared_ptr<cuda::device_buffer> buffer,
-                             const load_timings& timings, const lease_ring& ring, std::size_t slots_out_max) {
+                             const load_timings& timings, const lease_ring& ring, std::size_t slots_out_max,
+                             unsigned readers) {
     device_tensors out;
     for (const auto* e : p.selected) out.entries_.push_back(*e);
     out.offsets_ = layout.offsets;
@@ -217,6 +218,7 @@ struct device_load_access {
     out.read_bytes_ = p.plan.read_bytes;
     out.ring_bytes_ = ring.slot_count() * ring.slot_bytes();
     out.pinned_bytes_max_ = slots_out_max * ring.slot_bytes();
+    out.readers_ = readers;
     return out;
   }
 };
@@ -306,7 +308,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   t.decrypt_s = seconds_of(p.counters.decrypt_ns);
   t.upload_s = seconds_of(p.counters.upload_ns);
   t.wait_s = seconds_of(p.counters.wait_ns);
-  co_return device_load_access::make(p, layout, made->buffer, t, ring.get(), to.slots_out_max());
+  co_return device_load_access::make(p, layout, made->buffer, t, ring.get(), to.slots_out_max(), readers);
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

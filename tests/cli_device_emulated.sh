@@ -74,6 +74,7 @@ for stage in open_s prepare_s transfer_s total_s read_s verify_s decrypt_s uploa
   field "$work/dev.json" stages "$stage" > /dev/null || fail "stage $stage missing"
 done
 [[ $(python3 -c "print($(field "$work/dev.json" stages verify_s) > 0)") == True ]] || fail "verify_s is 0 for a verified load"
+(( $(field "$work/dev.json" readers) > 0 )) || fail "a device load reports $(field "$work/dev.json" readers) readers"
 # The set-up before the first load holds the open and the GPU's context made beside it: at least each.
 setup=$(field "$work/dev.json" setup_s) context=$(field "$work/dev.json" context_s) opened=$(field "$work/dev.json" stages open_s)
 [[ $(python3 -c "print(0 < $context <= $setup and $opened <= $setup)") == True ]] ||
@@ -90,6 +91,8 @@ same_as_host "$work/small.json" "$tensors" "$bytes"
 ring=$(field "$work/small.json" ring_bytes); held=$(field "$work/small.json" pinned_max_bytes)
 (( ring < 3 * 1048576 )) || fail "ring of $ring bytes for 2 x 1 MiB slots"
 (( held <= ring )) || fail "$held pinned bytes held, more than the $ring-byte ring"
+# The report gives the reads the load kept in flight: for --readers 0, 3/4 of 2 slots is 1.
+[[ $(field "$work/small.json" readers) == 1 ]] || fail "readers $(field "$work/small.json" readers) for 2 slots, not 1"
 
 step "a sharded checkpoint (shards of at most 3MB), small ring, O_DIRECT"
 "$cli" convert "$work/model.tensors" "$work/shards/" --max-shard-size 3MB

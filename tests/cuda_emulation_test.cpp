@@ -200,8 +200,11 @@ TEST_CASE("the ring path uploads only from pinned memory and holds no more of it
     CHECK(after.host_allocations == before.host_allocations);
     CHECK(ctx->pinned_bytes() == t->ring_bytes());
     CHECK(t->pinned_bytes_max() <= t->ring_bytes());
+    CHECK(t->readers() == 3);  // --readers 0: 2 per worker (4), at most 3/4 of the 5 slots (3)
+    o.readers = 2;
     auto again = load(sched, *ctx, src, o);  // reuses it: no new pinned memory
     REQUIRE(ok(again));
+    CHECK(again->readers() == 2);
     CHECK(emu::snapshot().registrations == before.registrations + o.slot_count);
     CHECK(emu::snapshot().pageable_copies == before.pageable_copies);
   }

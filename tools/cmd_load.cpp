@@ -138,6 +138,7 @@ struct one_run {
   load_timings timings;
   std::size_t tensors = 0;
   std::uint64_t data_bytes = 0, ring_bytes = 0, pinned_max_bytes = 0;
+  unsigned readers = 0;  // reads in flight (a device load chooses its own for --readers 0)
   std::vector<cli::tensor_sha256> device_sha256;  // --device-sha256: each tensor read back
 };
 
@@ -148,14 +149,14 @@ result<one_run> load_once(scheduler& sched, loader& l, const load_args& a, const
     load_options o;
     static_cast<load_common_options&>(o) = common;
     TZ_TRY(r, l.load(sched, which, o));
-    return one_run{r.timings(), r.size(), r.data_bytes(), 0, 0};
+    return one_run{r.timings(), r.size(), r.data_bytes(), 0, 0, common.readers, {}};
   }
   device_load_options o;
   static_cast<load_common_options&>(o) = common;
   o.slot_count = a.slot_count;
   o.slot_bytes = a.slot_mib << 20;
   TZ_TRY(r, load_to_device(sched, *ctx, l, which, o));
-  one_run out{r.timings(), r.size(), r.data_bytes(), r.ring_bytes(), r.pinned_bytes_max(), {}};
+  one_run out{r.timings(), r.size(), r.data_bytes(), r.ring_bytes(), r.pinned_bytes_max(), r.readers(), {}};
   if (a.device_sha256) {  // outside the timed load
     TZ_TRY(digests, cli::device_sha256(r));
     out.device_sha256 = std::move(digests);
@@ -168,7 +169,7 @@ struct setup_times {
   double setup_s = 0, context_s = 0;
 };
 
-void print_report(const load_args& a, const loader& l, std::vector<one_run> runs, unsigned threads, unsigned readers,
+void print_report(const load_args& a, const loader& l, std::vector<one_run> runs, unsigned threads,
                   setup_times setup) {
   auto digests = std::move(runs.back().device_sha256);
   std::vector<double> rates;
@@ -187,7 +188,7 @@ void print_report(const load_args& a, const loader& l, std::vector<one_run> runs
   rep.verify = a.verify;
   rep.direct = a.direct;
   rep.threads = threads;
-  rep.readers = readers;
+  rep.readers = median.readers;
   rep.ring_bytes = median.ring_bytes;
   // The bound a user checks holds for every load, so the report gives the most any run held.
   for (const auto& r : runs) rep.pinned_max_bytes = std::max(rep.pinned_max_bytes, r.pinned_max_bytes);
@@ -251,7 +252,7 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
     }
     runs.push_back(*r);
   }
-  print_report(a, *l, std::move(runs), sched.thread_count(), common.readers, setup);
+  print_report(a, *l, std::move(runs), sched.thread_count(), setup);
   return 0;
 }
 

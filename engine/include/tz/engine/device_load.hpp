@@ -89,6 +89,8 @@ class device_tensors {
   std::uint64_t ring_bytes() const noexcept { return ring_bytes_; }  // pinned bytes allocated
   // Most pinned bytes held at once by reads, checks and uploads in flight (<= ring_bytes()).
   std::uint64_t pinned_bytes_max() const noexcept { return pinned_bytes_max_; }
+  // Reads the load kept in flight: device_load_options::readers, or the count it chose for 0.
+  unsigned readers() const noexcept { return readers_; }
 
   // Exports tensor i as a DLPack tensor on its device (kDLCUDA), sharing ownership of the
   // allocation. dtypes: bool, int/uint 8-64, float16/32/64, bfloat16 (kDLBfloat 16), complex
@@ -107,6 +109,7 @@ class device_tensors {
   std::uint64_t read_bytes_ = 0;
   std::uint64_t ring_bytes_ = 0;
   std::uint64_t pinned_bytes_max_ = 0;
+  unsigned readers_ = 0;
 };
 
 // The DLPack element type of a .tensors / safetensors dtype (see device_tensors::to_dlpack).
