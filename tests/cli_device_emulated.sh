@@ -82,7 +82,17 @@ setup=$(field "$work/dev.json" setup_s) context=$(field "$work/dev.json" context
 "$cli" load --device cuda:0 "$work/model.tensors" > "$work/dev.txt"
 grep -qF -- "-> cuda:0: $tensors tensors" "$work/dev.txt" || { cat "$work/dev.txt"; fail "text report"; }
 grep -q "worker-seconds: read" "$work/dev.txt" || fail "no stage timings in the text report"
-grep -q "before the first load: .* made beside the open" "$work/dev.txt" || fail "no set-up line in the text report"
+grep -q "before the first load: .*GPU's context: .* made beside the open)" "$work/dev.txt" || fail "no set-up line in the text report"
+# Identical in form to the host load's report: every line the host prints, the device prints too
+# (by its words up to the first figure), in the same order.
+"$cli" load "$work/model.tensors" > "$work/host.txt"
+grep -qF -- "-> host: $tensors tensors" "$work/host.txt" || { cat "$work/host.txt"; fail "host text report"; }
+grep -q "before the first load: .* (the workers, the open)" "$work/host.txt" || fail "no set-up line in the host report"
+shape() { sed -E 's/-> [a-z]+(:[0-9]+)?:/-> SINK:/; s/[0-9].*//' "$1"; }
+shape "$work/dev.txt" | grep -vxF -f <(shape "$work/host.txt") | grep -qvE "^  (device setup|pinned staging)" &&
+  { shape "$work/dev.txt"; fail "the device report has lines the host's lacks (beyond device setup, pinned staging)"; }
+shape "$work/dev.txt" | grep -xF -f <(shape "$work/host.txt") | diff -q - <(shape "$work/host.txt") > /dev/null ||
+  { diff <(shape "$work/dev.txt") <(shape "$work/host.txt"); fail "the device report lacks host lines or orders them otherwise"; }
 
 step "small ring, one stream, O_DIRECT"
 "$cli" load --device cuda:0 --json --device-sha256 --slots 2 --slot-mib 1 --streams 1 --direct "$work/model.tensors" \

@@ -65,7 +65,9 @@ void print_load_report(const load_report& r, bool json) {
   std::printf("  worker-seconds: read %.3f, verify %.3f, decrypt %.3f", t.read_s, t.verify_s, t.decrypt_s);
   if (r.ring_bytes > 0) std::printf(", upload %.3f, wait %.3f", t.upload_s, t.wait_s);
   if (r.ring_bytes > 0) std::printf("\n  device setup: pinned ring %.3f s (in prepare), device memory %.3f s (beside the first reads)", t.ring_s, t.alloc_s);
-  if (r.ring_bytes > 0) std::printf("\n  before the first load: %.3f s, the GPU's context (%.3f s) made beside the open", r.setup_s, r.context_s);
+  std::printf("\n  before the first load: %.3f s (the workers, the open", r.setup_s);
+  if (r.ring_bytes > 0) std::printf(", the GPU's context: %.3f s, made beside the open", r.context_s);
+  std::printf(")");
   std::printf("\n  %u worker threads, %u readers, %s reads\n", r.threads, r.readers, r.direct ? "O_DIRECT" : "buffered");
   if (!r.cache.empty()) std::printf("  cache: %s\n", r.cache.c_str());
   if (!r.runs_gbps.empty()) {
