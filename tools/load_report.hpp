@@ -43,7 +43,8 @@ void print_load_report(const load_report& r, bool json);
 // The help lines that say how the rate is computed.
 inline constexpr const char* load_rate_help =
     "  Rate: GB/s = stored tensor data bytes / seconds from the load call until every tensor is in\n"
-    "  place and checked (open, the index read, is open_s and not included). Stage times other than\n"
-    "  prepare/transfer/total are worker-seconds summed over the readers.\n";
+    "  place and checked (open, the index read, is open_s and not included; nor is setup_s, all a\n"
+    "  fresh process spends before its first load: workers, the open, a GPU's context). Stage times\n"
+    "  other than prepare/transfer/total are worker-seconds summed over the readers.\n";
 
 }  // namespace tz::cli
