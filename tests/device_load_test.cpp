@@ -125,15 +125,15 @@ TEST_SUITE("host") {
     CHECK(plan->ranges.back().split_tensor == tz::no_split);
   }
 
-  TEST_CASE("interleaving lets several split tensors advance together, each in part order") {
-    // Three tensors of 10 MiB split into 4 MiB slots (3 parts each), two small ones between them.
+  TEST_CASE("interleaving lets several split tensors advance together, each in part order, longest first") {
+    // Tensors of 10 MiB, 1000 B, 10 MiB, 1000 B and 20 MiB (the longest, last, as a model's
+    // lm_head): 4 MiB slots cut them into 3, 1, 3, 1 and 5 ranges.
     std::vector<tz::format::tensor_entry> es;
     std::uint64_t off = 4096;
-    const std::uint64_t big = 10u << 20;
+    const std::uint64_t sizes[] = {10u << 20, 1000, 10u << 20, 1000, 20u << 20};
     for (int i = 0; i < 5; ++i) {
-      const std::uint64_t data = i % 2 == 0 ? big : 1000;
-      es.push_back(entry_at(off, 100, data, "t" + std::to_string(i)));
-      off += 100 + data;
+      es.push_back(entry_at(off, 100, sizes[i], "t" + std::to_string(i)));
+      off += 100 + sizes[i];
     }
     std::vector<const tz::format::tensor_entry*> sel;
     for (const auto& e : es) sel.push_back(&e);
@@ -141,7 +141,7 @@ TEST_SUITE("host") {
     const tz::plan_options o = slot_plan(4u << 20);
     auto plan = tz::make_plan(sel, align, o).value();
     const auto before = plan.ranges;
-    REQUIRE(before.size() == 11);  // 3 x 3 parts + the two small tensors' ranges
+    REQUIRE(before.size() == 13);
     auto key = [](const tz::load_range& r) { return std::pair(r.offset_bytes, r.length_bytes); };
 
     auto same = plan;
@@ -162,12 +162,19 @@ TEST_SUITE("host") {
       CHECK(r.part == next_part[r.split_tensor]);  // parts keep their order
       ++next_part[r.split_tensor];
     }
-    // The first three ranges: parts 0 of tensor 0, of the small tensor 1 (whole) and of tensor 2.
-    CHECK(plan.ranges[0].split_tensor == 0);
-    CHECK(plan.ranges[1].split_tensor == tz::no_split);
-    CHECK(plan.ranges[2].split_tensor == 2);
-    CHECK(plan.ranges[3].split_tensor == 0);  // round-robin: tensor 0 again before its third part
+    // Longest first, ties in file order: parts 0 of tensors 4, 0 and 2, then round-robin.
+    auto split_of = [&](std::size_t i) { return plan.ranges[i].split_tensor; };
+    CHECK(split_of(0) == 4);
+    CHECK(split_of(1) == 0);
+    CHECK(split_of(2) == 2);
+    CHECK(split_of(3) == 4);
     CHECK(plan.ranges[3].part == 1);
+    // The whole ranges come once tensors 0 and 2 are done, in file order; the longest ends last.
+    CHECK(split_of(9) == 4);
+    CHECK(plan.ranges[10].offset_bytes == es[1].header_offset);
+    CHECK(plan.ranges[11].offset_bytes == es[3].header_offset);
+    CHECK(split_of(12) == 4);
+    CHECK(plan.ranges[12].part == 4);
   }
 
   TEST_CASE("a cipher chunk larger than a slot is refused with a clear error") {

@@ -87,7 +87,8 @@ std::vector<std::vector<std::size_t>> batches_by_bytes(const format::file_index&
 // Reorders the ranges so that up to `width` split tensors advance together, their parts
 // taken round-robin (each tensor's parts keep their order; whole ranges keep theirs). A split
 // tensor's SHA-256 is fed part by part in order, so in file order one tensor hashes on one core at
-// a time; interleaved, `width` tensors hash at once. Pure.
+// a time; interleaved, `width` tensors hash at once. Tensors start longest first (whole ranges
+// last), so that no long hash chain is left to run alone at the end. Pure.
 void interleave_split_tensors(load_plan& plan, std::size_t width);
 
 }  // namespace tz
