@@ -4,6 +4,7 @@
 #include "tz/base/clock.hpp"
 #include "tz/format/writer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -15,7 +16,8 @@ namespace {
 constexpr const char* synth_help =
     "usage: tensorizer synth OUT [--size-mib N] [--seed S] [remote options]\n"
     "  Writes a deterministic transformer-shaped sample model of about N MiB (default 1024):\n"
-    "  bfloat16 projection matrices, float32 norms, a float16 embedding; same N and S, same bytes.\n"
+    "  a float16 embedding first, bfloat16 projection matrices, float32 norms, a bfloat16 lm_head\n"
+    "  last (as untied LLaMA checkpoints); same N and S, same bytes.\n"
     "  OUT may be s3://bucket/key or redis://host:port/prefix (written locally, then uploaded).\n";
 
 // splitmix64: a fast deterministic byte generator; float exponents are kept below inf/NaN.
@@ -43,8 +45,12 @@ std::vector<synth_tensor> synth_plan(std::uint64_t size_bytes) {
   const std::uint64_t hidden = size_bytes >= (256ull << 20) ? 2048 : 256;
   const std::uint64_t mlp = hidden * 11 / 4, vocab = hidden * 8;
   std::vector<synth_tensor> plan{{"model.embed_tokens.weight", "torch.float16", {vocab, hidden}}};
-  std::uint64_t total = vocab * hidden * 2;
-  for (int layer = 0; total < size_bytes; ++layer) {
+  // As many layers as bring the model nearest N (at least one).
+  const std::uint64_t fixed = 2 * vocab * hidden * 2 + hidden * 4;  // embedding, lm_head, final norm
+  const std::uint64_t layer_bytes = 4 * hidden * hidden * 2 + 3 * mlp * hidden * 2 + 2 * hidden * 4;
+  const std::uint64_t room = size_bytes > fixed ? size_bytes - fixed : 0;
+  const std::uint64_t layers = std::max<std::uint64_t>(1, (room + layer_bytes / 2) / layer_bytes);
+  for (std::uint64_t layer = 0; layer < layers; ++layer) {
     const std::string p = "model.layers." + std::to_string(layer) + ".";
     for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj"})
       plan.push_back({p + "self_attn." + m + ".weight", "torch.bfloat16", {hidden, hidden}});
@@ -53,9 +59,11 @@ std::vector<synth_tensor> synth_plan(std::uint64_t size_bytes) {
     plan.push_back({p + "mlp.down_proj.weight", "torch.bfloat16", {hidden, mlp}});
     plan.push_back({p + "input_layernorm.weight", "torch.float32", {hidden}});
     plan.push_back({p + "post_attention_layernorm.weight", "torch.float32", {hidden}});
-    total += 4 * hidden * hidden * 2 + 3 * mlp * hidden * 2 + 2 * hidden * 4;
   }
   plan.push_back({"model.norm.weight", "torch.float32", {hidden}});
+  // Last, as in the untied LLaMA checkpoints: one of the largest tensors at the end of the file,
+  // which a verified load must not leave to hash alone after the rest (interleave_split_tensors).
+  plan.push_back({"lm_head.weight", "torch.bfloat16", {vocab, hidden}});
   return plan;
 }
 
