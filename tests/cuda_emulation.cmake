@@ -41,8 +41,8 @@ if(TZ_BUILD_BENCH)
   target_link_libraries(gpu_load_bench_emulated PRIVATE tz_emulated_stack)
   tz_target_defaults(gpu_load_bench_emulated)
   add_test(NAME gpu_load_bench_emulated_smoke COMMAND gpu_load_bench_emulated --smoke --configs 8x2,2x4:1)
-  # The GPU table's script on the emulation (CLI plain, verified, encrypted, safetensors; the engine
-  # reference), so that it cannot rot between GPU runs.
+  # The GPU table's script on the emulation (CLI plain, verified, encrypted, safetensors, the C ABI
+  # where the shared library is built; the engine reference), so that it cannot rot between GPU runs.
   add_test(NAME gpu_table_emulated_smoke COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/gpu_table.py
            --bin ${CMAKE_BINARY_DIR}/bin --smoke --emulated)
 endif()
@@ -84,6 +84,11 @@ if(TARGET tensorizer_shared)
   add_test(NAME c_api_emulated_test COMMAND c_api_emulated_test ${tz_api_files_dir})
   add_test(NAME c_api_emulated_test_device COMMAND c_api_emulated_test ${tz_api_files_dir} device)
   set_tests_properties(c_api_emulated_test c_api_emulated_test_device PROPERTIES FIXTURES_REQUIRED tz_api_files)
+  if(TZ_BUILD_BENCH)  # the GPU table's C ABI row on the emulation (gpu_table_emulated_smoke)
+    add_executable(c_load_bench_emulated ${PROJECT_SOURCE_DIR}/bench/c_load_bench.c)
+    target_link_libraries(c_load_bench_emulated PRIVATE tensorizer_api_emulated)
+    target_compile_options(c_load_bench_emulated PRIVATE -Wall -Wextra -Werror)
+  endif()
 endif()
 
 # Python's _C on the emulation, where pybind11 and the Python headers are found: python/src built
