@@ -29,6 +29,7 @@ struct options {
   bool cold = true;
   bool verify = false;
   bool crc_on_device = true;  // device_load_options::crc_on_device (verified loads)
+  bool longest_first = true;  // load_common_options::verify_longest_first (verified loads)
   bool keep = false;         // keep the synthetic file (reuse it with --file)
   bool references = false;   // the extra host-side references (reads under DMA, mmap copies)
   bool async_punt = false;   // file_options::async_punt for the warm runs

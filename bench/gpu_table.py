@@ -182,8 +182,9 @@ def c_runs(a, path, procs):
 def engine_reference(a, path, verify=False):
     """gpu_load_bench's figures: the copy limit, the memory bound, the plain pipeline, the engine's
     steady state and a load with a fresh context; verified: the N-core hash limit, the verified
-    steady state (CRC32s on the GPU) and the same with every hash on the host (host_crc) instead
-    (keys suffixed _verified)."""
+    steady state (CRC32s on the GPU), the same with every hash on the host (host_crc) and with the
+    split tensors started in file order instead of longest first (file_order; keys suffixed
+    _verified)."""
     runs = "2" if a.smoke else "5"
     cmd = [program(a, "gpu_load_bench"), "--file", path, "--runs", runs, "--no-cold"] + (["--verify"] if verify else [])
     out = sh(cmd, a.step_timeout)
@@ -192,7 +193,8 @@ def engine_reference(a, path, verify=False):
     for key, pat in [("limit", r"^limit\s+([\d.]+)"), ("bound", r"bound min\(limit, that\) ([\d.]+)"),
                      ("pipe", r"^pipe\s+([\d.]+)"), ("steady", r"^warm ring\s+([\d.]+)"),
                      ("fresh_ctx", r"^fresh ctx\s+([\d.]+)"), ("hash_limit", r"^hash\s+([\d.]+)"),
-                     ("host_crc", r"^host CRC32\s+([\d.]+)"), ("sha_limit", r"^sha\s+([\d.]+)")]:
+                     ("host_crc", r"^host CRC32\s+([\d.]+)"),
+                     ("file_order", r"^file order\s+([\d.]+)"), ("sha_limit", r"^sha\s+([\d.]+)")]:
         m = re.search(pat, out, re.M)
         if m:
             ref[key + ("_verified" if verify and key not in ("hash_limit", "sha_limit") else "")] = float(m.group(1))
@@ -334,7 +336,8 @@ def med(xs):
 def report(a, ref, rows, digests, cli_setup):
     steady = ref.get("steady", float("nan"))
     print(f"\n== GPU table: {a.size_mib} MiB, medians; first = first load in a fresh process, later = loads after it ==")
-    for k in ("limit", "bound", "pipe", "steady", "fresh_ctx", "hash_limit", "sha_limit", "steady_verified", "host_crc_verified"):
+    for k in ("limit", "bound", "pipe", "steady", "fresh_ctx", "hash_limit", "sha_limit", "steady_verified",
+              "host_crc_verified", "file_order_verified"):
         if k in ref:
             print(f"  {k:<10} {ref[k]:7.2f} GB/s")
     hash_limit = ref.get("hash_limit", float("nan"))

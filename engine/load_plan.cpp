@@ -141,7 +141,7 @@ std::vector<std::vector<std::size_t>> batches_by_bytes(const format::file_index&
   return out;
 }
 
-void interleave_split_tensors(load_plan& plan, std::size_t width) {
+void interleave_split_tensors(load_plan& plan, std::size_t width, bool longest_first) {
   const std::size_t end = plan.ranges.size();
   if (width < 2 || end < 2) return;
   // Streams of range indices: one per split tensor (its parts, consecutive in the plan), one per
@@ -168,8 +168,10 @@ void interleave_split_tensors(load_plan& plan, std::size_t width) {
   }
   std::vector<std::size_t> by_length(streams.size());
   for (std::size_t s = 0; s < by_length.size(); ++s) by_length[s] = s;
-  std::stable_sort(by_length.begin(), by_length.end(),
-                   [&](std::size_t a, std::size_t b) { return stream_bytes[a] > stream_bytes[b]; });
+  if (longest_first) {
+    std::stable_sort(by_length.begin(), by_length.end(),
+                     [&](std::size_t a, std::size_t b) { return stream_bytes[a] > stream_bytes[b]; });
+  }
   std::vector<std::size_t> order;
   order.reserve(end);
   struct cursor {

@@ -209,7 +209,7 @@ task<result<void>> prepare_plan(scheduler& sched, pipeline& p, plan_options popt
     if (!p.with_headers && e->data_length == 0) p.tensors_done.fetch_add(1, std::memory_order_relaxed);
   }
   // A split tensor's SHA-256 is fed in part order: let several tensors advance at once.
-  if (p.options->verify) interleave_split_tensors(p.plan, readers);
+  if (p.options->verify) interleave_split_tensors(p.plan, readers, p.options->verify_longest_first);
   co_return result<void>{};
 }
 

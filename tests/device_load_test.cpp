@@ -148,6 +148,12 @@ TEST_SUITE("host") {
     tz::interleave_split_tensors(same, 1);  // width 1: unchanged
     for (std::size_t i = 0; i < before.size(); ++i) CHECK(key(same.ranges[i]) == key(before[i]));
 
+    auto in_file_order = plan;  // the benchmarks' comparison: parts 0 of tensors 0, 1 (whole) and 2 first
+    tz::interleave_split_tensors(in_file_order, 3, false);
+    CHECK(in_file_order.ranges[0].split_tensor == 0);
+    CHECK(in_file_order.ranges[1].split_tensor == tz::no_split);
+    CHECK(in_file_order.ranges[2].split_tensor == 2);
+
     tz::interleave_split_tensors(plan, 3);
     REQUIRE(plan.ranges.size() == before.size());
     std::vector<std::pair<std::uint64_t, std::uint64_t>> a, b;

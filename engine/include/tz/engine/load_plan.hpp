@@ -88,7 +88,8 @@ std::vector<std::vector<std::size_t>> batches_by_bytes(const format::file_index&
 // taken round-robin (each tensor's parts keep their order; whole ranges keep theirs). A split
 // tensor's SHA-256 is fed part by part in order, so in file order one tensor hashes on one core at
 // a time; interleaved, `width` tensors hash at once. Tensors start longest first (whole ranges
-// last), so that no long hash chain is left to run alone at the end. Pure.
-void interleave_split_tensors(load_plan& plan, std::size_t width);
+// last), so that no long hash chain is left to run alone at the end; in file order when
+// !longest_first. Pure.
+void interleave_split_tensors(load_plan& plan, std::size_t width, bool longest_first = true);
 
 }  // namespace tz

@@ -60,6 +60,9 @@ struct load_common_options {
   // Check each tensor's stored CRC32 / SHA-256 (.tensors only) on the workers, beside the reads:
   // CRC32 per range on whichever worker holds it, SHA-256 in file order per tensor.
   bool verify = false;
+  // Verified loads start split tensors longest first (interleave_split_tensors); false keeps file
+  // order. For same-run comparisons in the benchmarks (gpu_load_bench --verify's "file order").
+  bool verify_longest_first = true;
   // Opens an encrypted .tensors file (v3, or v4 with the encrypted flag): whole cipher chunks are
   // decrypted in place where they landed by the worker that read them, then verified. Required
   // for encrypted files, refused for plain ones (format/FORMAT.md §3.1).
