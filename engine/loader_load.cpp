@@ -200,6 +200,7 @@ task<result<loaded_tensors>> host_load::own_memory(const loader& l, scheduler& s
   TZ_CO_CHECK(co_await run_pipeline(sched, p, o.readers));
   out.timings_ = timings(p, prepare_s, seconds_of(nanoseconds_since(t1)), l.open_s_);
   out.data_bytes_ = p.plan.data_bytes;
+  out.readers_ = o.readers;  // prepare() chose it for 0
   out.headers_ = std::move(p.headers);
   out.entries_ = std::move(p.selected);
   co_return out;

@@ -391,6 +391,7 @@ TEST_CASE("tensors larger than a range are split, hashed part by part on any wor
     auto r = l.load(sched, {}, o);
     REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error().message));
     for (std::size_t i = 0; i < 12; ++i) CHECK(tensor_matches(r->data(i), i, 200000));
+    CHECK(r->readers() == readers);
     // The same load into caller memory: parts land straight in the caller's spans.
     std::vector<std::vector<std::byte>> mem(12);
     std::vector<tz::tensor_destination> dst;
@@ -414,6 +415,10 @@ TEST_CASE("tensors larger than a range are split, hashed part by part on any wor
     CHECK(r.error().message.find("'t7'") != std::string::npos);
     CHECK(r.error().message.find("CRC32") != std::string::npos);  // checked first, combined over parts
   }
+  o.readers = 0;  // automatic: the engine's choice, two per worker, is what the result reports
+  auto automatic = l.load(sched, {}, o);
+  REQUIRE(automatic.has_value());
+  CHECK(automatic->readers() == 2 * sched.thread_count());
 }
 
 TEST_CASE("a safetensors file loads through the same pipeline") {

@@ -139,7 +139,7 @@ struct one_run {
   load_timings timings;
   std::size_t tensors = 0;
   std::uint64_t data_bytes = 0, ring_bytes = 0, pinned_max_bytes = 0;
-  unsigned readers = 0;  // reads in flight (a device load chooses its own for --readers 0)
+  unsigned readers = 0;  // reads in flight (the engine's choice for --readers 0)
   std::vector<cli::tensor_sha256> device_sha256;  // --device-sha256: each tensor read back
 };
 
@@ -150,7 +150,7 @@ result<one_run> load_once(scheduler& sched, loader& l, const load_args& a, const
     load_options o;
     static_cast<load_common_options&>(o) = common;
     TZ_TRY(r, l.load(sched, which, o));
-    return one_run{r.timings(), r.size(), r.data_bytes(), 0, 0, common.readers, {}};
+    return one_run{r.timings(), r.size(), r.data_bytes(), 0, 0, r.readers(), {}};
   }
   device_load_options o;
   static_cast<load_common_options&>(o) = common;
@@ -237,7 +237,6 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
   if (!l) return cli::fail("load", l.error());
   auto which = select_names(*l, a.only);
   if (!which) return cli::fail("load", which.error());
-  if (!a.device) common.readers = a.readers ? a.readers : 2 * sched.thread_count();
   const bool tty = !a.json && ::isatty(STDERR_FILENO);
   if (tty) common.on_progress = draw_progress;
   setup.setup_s = seconds_since(t0);

@@ -108,6 +108,8 @@ class loaded_tensors {
   std::uint64_t bytes() const noexcept { return bytes_; }
   // Stored data bytes read from the source: with total_s, the load's rate (as device loads report).
   std::uint64_t data_bytes() const noexcept { return data_bytes_; }
+  // Reads the load kept in flight: load_options::readers, or the count it chose for 0.
+  unsigned readers() const noexcept { return readers_; }
 
  private:
   friend struct host_load;
@@ -118,6 +120,7 @@ class loaded_tensors {
   load_timings timings_;
   std::uint64_t bytes_ = 0;
   std::uint64_t data_bytes_ = 0;
+  unsigned readers_ = 0;
 };
 
 // A caller-provided destination: tensor `index` (position in loader::index()) lands in `bytes`,
