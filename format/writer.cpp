@@ -105,9 +105,48 @@ void append_index_entry(std::vector<std::byte>& out, const tensor_entry& entry, 
   put(out, entry.data_length, 8);
 }
 
+// The atomic mode's sink: a temporary file next to the final path, removed unless published.
+class temp_file_sink final : public write_sink {
+ public:
+  static result<std::unique_ptr<temp_file_sink>> create(const std::string& path) {
+    auto f = std::make_unique<temp_file_sink>();
+    std::random_device rd;
+    f->temp_path_ = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
+    f->fd_.reset(::open(f->temp_path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (!f->fd_)
+      return make_error(errc::io, "file " + path + ": cannot create a temporary file next to it: " + std::strerror(errno));
+    return f;
+  }
+  ~temp_file_sink() override {
+    fd_.reset();
+    if (!published_ && !temp_path_.empty()) ::unlink(temp_path_.c_str());
+  }
+  result<void> write_at(std::uint64_t offset, std::span<const std::byte> bytes) override {
+    return pwrite_full(fd_.get(), bytes, offset, "file " + temp_path_);
+  }
+  // Cuts the file to `size` bytes, makes it durable and renames it over `path`.
+  result<void> publish(const std::string& path, std::uint64_t size) {
+    const auto fail = [&](const char* what) {
+      return make_error(errc::io, "file " + path + ": " + what + ": " + std::strerror(errno));
+    };
+    if (::ftruncate(fd_.get(), static_cast<off_t>(size)) != 0 || ::fsync(fd_.get()) != 0)
+      return fail("cannot finish the temporary file");
+    fd_.reset();
+    if (::rename(temp_path_.c_str(), path.c_str()) != 0) return fail("cannot rename the temporary file into place");
+    published_ = true;
+    return {};
+  }
+
+ private:
+  std::string temp_path_;
+  unique_fd fd_;
+  bool published_ = false;
+};
+
 struct tensor_writer::state {
-  std::string path, temp_path;
-  unique_fd fd;
+  std::string path;                  // the final path, or the stream's name
+  std::unique_ptr<write_sink> sink;  // where the bytes go
+  temp_file_sink* file = nullptr;    // the atomic mode's sink (also `sink`); null for a stream
   writer_options options;
   std::uint32_t version = 1;
   std::uint64_t tensor_size = 0, tensor_count = 0;
@@ -118,14 +157,12 @@ struct tensor_writer::state {
   std::set<std::string> names;
   bool closed = false;
 
-  ~state() {
-    fd.reset();
-    if (!closed && !temp_path.empty()) ::unlink(temp_path.c_str());
-  }
   error fail(const std::string& why) const { return make_error(errc::io, "file " + path + ": " + why); }
   result<void> write_at(std::uint64_t offset, std::span<const std::byte> bytes) const {
-    return pwrite_full(fd.get(), bytes, offset, "file " + temp_path);
+    return sink->write_at(offset, bytes);
   }
+  result<void> begin();
+  result<void> write_prologue_and_end() const;
   result<std::uint64_t> checked_data_length(const tensor_write& t, const std::string& name,
                                             const std::string& who) const;
   result<void> add_entry(tensor_entry entry, const std::string& who);
@@ -137,21 +174,51 @@ tensor_writer::tensor_writer(tensor_writer&&) noexcept = default;
 tensor_writer& tensor_writer::operator=(tensor_writer&&) noexcept = default;
 tensor_writer::~tensor_writer() = default;
 std::uint32_t tensor_writer::version() const noexcept { return state_->version; }
+std::uint64_t tensor_writer::size() const noexcept { return state_->end_offset + 8; }
+
+// The empty index; a stream also gets its header and end marker, so it is a complete file from the start.
+result<void> tensor_writer::state::begin() {
+  std::vector<std::byte> zeros(python_metadata_bytes);
+  TZ_CHECK(write_at(file_prefix_bytes, zeros));
+  if (!file) TZ_CHECK(write_prologue_and_end());
+  return {};
+}
+
+// The file header as the tensors written so far make it, and the end marker after the last one:
+// with them the bytes written are a complete file (tensorizer's _sync_prologue_state).
+result<void> tensor_writer::state::write_prologue_and_end() const {
+  file_header fh;
+  fh.version = version;
+  // tensorizer stores flags only from version 4 on; bit 1 only comes with version 5.
+  fh.flags = (version >= 4 && options.encryptor) ? flag_encrypted : 0;
+  if (tagged) fh.flags |= flag_versioned_headers;
+  fh.tensor_size = tensor_size;
+  fh.tensor_count = tensor_count;
+  fh.metadata_bytes = python_metadata_bytes;
+  const std::vector<std::byte> end_marker(8);
+  TZ_CHECK(write_at(end_offset, end_marker));
+  return write_at(0, encode_file_header(fh));
+}
 
 result<tensor_writer> tensor_writer::create(const std::string& path, writer_options options) {
   auto s = std::make_unique<state>();
   s->path = path;
   s->options = options;
   s->version = options.encryptor ? 3 : 1;
-  std::random_device rd;
-  s->temp_path = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
-  s->fd.reset(::open(s->temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
-  if (!s->fd) {
-    s->temp_path.clear();
-    return s->fail(std::string("cannot create a temporary file next to it: ") + std::strerror(errno));
-  }
-  std::vector<std::byte> zeros(python_metadata_bytes);
-  TZ_CHECK(s->write_at(file_prefix_bytes, zeros));
+  TZ_TRY(file, temp_file_sink::create(path));
+  s->file = file.get();
+  s->sink = std::move(file);
+  TZ_CHECK(s->begin());
+  return tensor_writer(std::move(s));
+}
+
+result<tensor_writer> tensor_writer::create(std::unique_ptr<write_sink> sink, std::string name, writer_options options) {
+  auto s = std::make_unique<state>();
+  s->path = std::move(name);
+  s->options = options;
+  s->version = options.encryptor ? 3 : 1;
+  s->sink = std::move(sink);
+  TZ_CHECK(s->begin());
   return tensor_writer(std::move(s));
 }
 
@@ -245,29 +312,15 @@ result<void> tensor_writer::state::write_tensor(const tensor_write& t) {
   end_offset = data_offset + data_length;
   tensor_size += data_length;
   ++tensor_count;
+  if (!file) TZ_CHECK(write_prologue_and_end());
   return {};
 }
 
 result<void> tensor_writer::close() {
   auto& s = *state_;
   if (s.closed) return {};
-  file_header fh;
-  fh.version = s.version;
-  // tensorizer stores flags only from version 4 on; bit 1 only comes with version 5.
-  fh.flags = (s.version >= 4 && s.options.encryptor) ? flag_encrypted : 0;
-  if (s.tagged) fh.flags |= flag_versioned_headers;
-  fh.tensor_size = s.tensor_size;
-  fh.tensor_count = s.tensor_count;
-  fh.metadata_bytes = python_metadata_bytes;
-  const auto head = encode_file_header(fh);
-  std::vector<std::byte> end_marker(8);
-  TZ_CHECK(s.write_at(0, head));
-  TZ_CHECK(s.write_at(s.end_offset, end_marker));
-  if (::ftruncate(s.fd.get(), static_cast<off_t>(s.end_offset + 8)) != 0 || ::fsync(s.fd.get()) != 0)
-    return s.fail(std::string("cannot finish the temporary file: ") + std::strerror(errno));
-  s.fd.reset();
-  if (::rename(s.temp_path.c_str(), s.path.c_str()) != 0)
-    return s.fail(std::string("cannot rename the temporary file into place: ") + std::strerror(errno));
+  TZ_CHECK(s.write_prologue_and_end());
+  if (s.file) TZ_CHECK(s.file->publish(s.path, s.end_offset + 8));
   s.closed = true;
   return {};
 }

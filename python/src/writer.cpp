@@ -1,4 +1,5 @@
-// _C.Writer: tensorizer-identical .tensors files to a local path (atomic), S3 or Redis.
+// _C.Writer: tensorizer-identical .tensors files to a local path (atomic), S3 or Redis, or into a
+// caller's stream (a file descriptor or a Python file object) as the tensors are written.
 #include "keys.hpp"
 #include "source.hpp"
 
@@ -6,14 +7,70 @@
 #include "tz/format/tensor_path.hpp"
 #include "tz/format/writer.hpp"
 #include "tz/backends/uri.hpp"
+#include "tz/base/posix_io.hpp"
 
 #include <pybind11/stl.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 namespace tz::py {
 
 namespace {
+
+// A regular file the caller opened: positional writes through a duplicate of its descriptor, so a
+// caller that closes its file object first leaves the writer writing into the same file (never
+// into whatever file reuses the number).
+class fd_sink final : public format::write_sink {
+ public:
+  fd_sink(unique_fd fd, std::uint64_t base, std::string name) : fd_(std::move(fd)), base_(base), name_(std::move(name)) {}
+  result<void> write_at(std::uint64_t offset, std::span<const std::byte> bytes) override {
+    return pwrite_full(fd_.get(), bytes, base_ + offset, name_);
+  }
+
+ private:
+  unique_fd fd_;
+  std::uint64_t base_;
+  std::string name_;
+};
+
+// Any other seekable Python file object (io.BytesIO, a wrapper): seek and write under the GIL.
+class pyfile_sink final : public format::write_sink {
+ public:
+  pyfile_sink(pyb::object file, std::uint64_t base, std::string name)
+      : file_(std::move(file)), base_(base), name_(std::move(name)) {}
+  ~pyfile_sink() override {
+    pyb::gil_scoped_acquire gil;  // the writer may be destroyed with the GIL released
+    file_ = pyb::object();
+  }
+  result<void> write_at(std::uint64_t offset, std::span<const std::byte> bytes) override {
+    pyb::gil_scoped_acquire gil;
+    try {
+      file_.attr("seek")(base_ + offset);
+      std::size_t done = 0;
+      while (done < bytes.size()) {
+        auto view = pyb::memoryview::from_memory(bytes.data() + done, static_cast<pyb::ssize_t>(bytes.size() - done));
+        auto wrote = file_.attr("write")(view);
+        // A raw stream returns the count it took (None: it would block); a buffered one takes all.
+        const auto n = wrote.is_none() ? 0 : pyb::cast<std::size_t>(wrote);
+        if (n == 0) return make_error(errc::io, name_ + ": write at offset " + std::to_string(base_ + offset + done) + " took no bytes");
+        done += n;
+      }
+      return {};
+    } catch (pyb::error_already_set& e) {
+      return make_error(errc::io, name_ + ": write at offset " + std::to_string(base_ + offset) + ": " + e.what());
+    }
+  }
+
+ private:
+  pyb::object file_;
+  std::uint64_t base_;
+  std::string name_;
+};
 
 struct writer_handle {
   std::shared_ptr<scheduler> sched;
@@ -22,6 +79,7 @@ struct writer_handle {
   std::unique_ptr<format::tensorizer_encryptor> encryptor;  // outlives writer (it points here)
   std::optional<format::tensor_writer> writer;
   std::uint64_t tensor_bytes = 0;
+  std::uint64_t size = 0;  // the file's bytes so far (what close() leaves)
   std::uint32_t version = 0;
   bool closed = false;
 };
@@ -72,6 +130,29 @@ std::shared_ptr<writer_handle> create(const std::string& spec, std::shared_ptr<e
   return w;
 }
 
+// A writer into the caller's stream at `offset`: an int is a regular file's descriptor (duplicated),
+// anything else a seekable Python file object.
+std::shared_ptr<writer_handle> create_for_stream(const pyb::object& target, std::uint64_t offset,
+                                                 std::shared_ptr<encryption_keys> encryption, const std::string& name) {
+  auto w = std::make_shared<writer_handle>();
+  w->sched = shared_scheduler();
+  w->spec = name;
+  if (encryption) w->encryptor = encryption->make_encryptor();
+  std::unique_ptr<format::write_sink> sink;
+  if (pyb::isinstance<pyb::int_>(target)) {
+    unique_fd fd(::fcntl(pyb::cast<int>(target), F_DUPFD_CLOEXEC, 0));
+    if (!fd) raise_error(os_error(errno, name + ": cannot duplicate its file descriptor"));
+    sink = std::make_unique<fd_sink>(std::move(fd), offset, name);
+  } else {
+    sink = std::make_unique<pyfile_sink>(target, offset, name);
+  }
+  pyb::gil_scoped_release release;  // a Python sink takes the GIL back for its writes
+  w->writer.emplace(take(format::tensor_writer::create(std::move(sink), name, {.encryptor = w->encryptor.get()})));
+  w->version = w->writer->version();
+  w->size = w->writer->size();
+  return w;
+}
+
 void write(writer_handle& w, int module_idx, const pyb::handle& name, int type, const std::string& torch_dtype,
            const std::vector<std::uint64_t>& shape, const pyb::buffer& data, bool meta) {
   live(w);
@@ -97,6 +178,7 @@ void write(writer_handle& w, int module_idx, const pyb::handle& name, int type, 
   take(w.writer->write(t));
   w.tensor_bytes += n;
   w.version = w.writer->version();
+  w.size = w.writer->size();
 }
 
 void close(writer_handle& w) {
@@ -110,6 +192,7 @@ void close(writer_handle& w) {
     w.target.reset();
     raise_error(c.error());
   }
+  if (!w.target) return;  // a stream: its owner closes it
   auto p = w.target->publish(*w.sched);
   w.target.reset();
   take(std::move(p));
@@ -117,7 +200,8 @@ void close(writer_handle& w) {
 
 void abort(writer_handle& w) {
   w.closed = true;
-  w.writer.reset();  // an unclosed writer removes its temporary file
+  pyb::gil_scoped_release release;  // a Python sink's destructor takes the GIL itself
+  w.writer.reset();  // an unclosed writer removes its temporary file (a stream keeps what it holds)
   w.encryptor.reset();
   w.target.reset();  // and the remote target's staging file
 }
@@ -127,6 +211,10 @@ void abort(writer_handle& w) {
 void register_writer(pyb::module_& m) {
   pyb::class_<writer_handle, std::shared_ptr<writer_handle>>(m, "Writer", "Writes a .tensors file (atomically).")
       .def(pyb::init(&create), pyb::arg("spec"), pyb::kw_only(), pyb::arg("encryption") = pyb::none())
+      .def_static("for_stream", &create_for_stream, pyb::arg("target"), pyb::arg("offset") = 0, pyb::kw_only(),
+                  pyb::arg("encryption") = pyb::none(), pyb::arg("name") = "stream",
+                  "A writer into a caller's stream at `offset` (an int: a regular file's descriptor, which is "
+                  "duplicated; else a seekable file object), complete after every write.")
       .def("write", &write, pyb::arg("module_idx"), pyb::arg("name"), pyb::arg("type"), pyb::arg("torch_dtype"),
            pyb::arg("shape"), pyb::arg("data"), pyb::arg("meta") = false)
       .def("close", &close)
@@ -134,6 +222,7 @@ void register_writer(pyb::module_& m) {
       .def_property_readonly("closed", [](const writer_handle& w) { return w.closed; })
       .def_property_readonly("total_tensor_bytes", [](const writer_handle& w) { return w.tensor_bytes; })
       .def_property_readonly("version", [](const writer_handle& w) { return w.version; })
+      .def_property_readonly("size", [](const writer_handle& w) { return w.size; })
       .def("__repr__", [](const writer_handle& w) { return "<tensorizer._C.Writer " + w.spec + ">"; });
 
   m.def(

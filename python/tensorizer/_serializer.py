@@ -6,19 +6,23 @@ Private module: ``tensorizer.serialization`` re-exports every name defined here 
 home (the public names' ``__module__``); import them from there.
 """
 
+import atexit
 import contextlib
 import io
 import itertools
 import os
 import shutil
+import stat
+import sys
 import tempfile
 import typing
+import weakref
 from typing import Optional, Sequence, Union
 
 import numpy
 import torch
 
-from . import _C, stream_io
+from . import _C, _boto_upload, stream_io
 from ._crypt import EncryptionParams
 from ._dtypes import _host_bytes, _numpy_torch_name
 from ._paths import _Path, _PathRegistry, _flatten_state_dict, _to_path
@@ -42,16 +46,44 @@ def _mode_check_write(file_obj) -> None:
         )
 
 
+def _stream_position(file_obj) -> Optional[int]:
+    """The position of a seekable stream (after flushing what it buffers), else None."""
+    try:
+        if not file_obj.seekable():
+            return None
+        with contextlib.suppress(AttributeError):
+            file_obj.flush()  # the engine may write under the buffer, by descriptor
+        return file_obj.tell()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _regular_file_descriptor(file_obj, fallback):
+    """The descriptor of a file object over a regular file (written by position, the GIL released),
+    else `fallback`."""
+    with contextlib.suppress(AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        fd = file_obj.fileno()
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+    return fallback
+
+
+def _stream_name(file_obj) -> str:
+    name = getattr(file_obj, "name", None)
+    return f"stream {name!r}" if isinstance(name, (str, int)) else f"stream {type(file_obj).__name__}"
+
+
 class TensorSerializer:
     """Writes a ``.tensors`` file, byte-identical to tensorizer 2.11.1 for the same calls
     (apart from the random nonces of encrypted files).
 
     Args:
         file_obj: a path, an ``s3://`` or ``redis://`` URI (uploaded at ``close()``), or a
-            writable binary file object (the file is built in a temporary file and copied into
-            it at ``close()``; the object is then closed, as tensorizer does, except an
-            ``io.BytesIO``, which keeps its contents). ``bytes`` are a path and an ``int`` a file
-            descriptor.
+            writable binary file object. A seekable one is written as the tensors are written and
+            holds a complete file after every write call (as in tensorizer), so closing it before
+            the serializer loses nothing; one that cannot seek gets the file at ``close()``.
+            ``close()`` then closes the object, as tensorizer does, except an ``io.BytesIO``, which
+            keeps its contents. ``bytes`` are a path and an ``int`` a file descriptor.
         compress_tensors: accepted for compatibility; does nothing.
         encryption: an ``EncryptionParams`` to encrypt every tensor's data.
         limit_cpu_concurrency: a positive int, accepted for compatibility (the engine sizes its
@@ -105,35 +137,41 @@ class TensorSerializer:
             spec = os.fsdecode(file_obj) if not isinstance(file_obj, str) else file_obj
             if isinstance(file_obj, os.PathLike):
                 spec = os.fspath(spec)
-            options = {} if isinstance(file_obj, os.PathLike) else stream_io._uri_options(spec, for_write=True)
-            self._writer = _C.Writer(spec, encryption=native_enc, **options)
-            return
+            if spec.lower().startswith("s3://") and _boto_upload.botocore_is_stubbed():
+                file_obj = stream_io.open_stream(spec, "wb+")  # uploaded by boto3, which the caller mocks
+            else:
+                options = {} if isinstance(file_obj, os.PathLike) else stream_io._uri_options(spec, for_write=True)
+                self._writer = _C.Writer(spec, encryption=native_enc, **options)
+                _unclosed.add(self)
+                return
         if isinstance(file_obj, int) and not isinstance(file_obj, bool):
             file_obj = open(file_obj, "wb", closefd=False)  # noqa: SIM115 - closed in close()
         _mode_check_write(file_obj)
-        pos = 0
-        with contextlib.suppress(AttributeError, OSError, ValueError):
-            if file_obj.seekable():
-                pos = file_obj.tell()
+        pos = _stream_position(file_obj)
+        if pos:
+            raise UnsupportedError(
+                f"Writing a tensorizer stream at a nonzero offset ({pos}) of a file object is not supported"
+            )
+        if pos is not None:
+            # As tensorizer 2.11.1: into the caller's stream as the tensors are written, complete
+            # after every write, so a stream its owner closes before this serializer loses nothing.
+            self._writer = _C.Writer.for_stream(
+                _regular_file_descriptor(file_obj, file_obj), 0, encryption=native_enc, name=_stream_name(file_obj)
+            )
+            self._file = file_obj
+            _unclosed.add(self)
+            return
+        # A stream that cannot seek takes the finished file at close(); one dropped unclosed with
+        # its stream already closed fails loudly (__del__).
         self._tmpdir = tempfile.mkdtemp(prefix="tensorizer-")
-        tmp = os.path.join(self._tmpdir, "out.tensors")
+        self._tmp_path = os.path.join(self._tmpdir, "out.tensors")
         try:
-            if pos:
-                try:
-                    self._writer = _C.Writer(tmp, encryption=native_enc, offset=pos)
-                except TypeError as e:
-                    raise UnsupportedError(
-                        "Writing a tensorizer stream at a nonzero offset"
-                        f" ({pos}) of a file object is not supported by this build"
-                    ) from e
-            else:
-                self._writer = _C.Writer(tmp, encryption=native_enc)
+            self._writer = _C.Writer(self._tmp_path, encryption=native_enc)
         except BaseException:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-            self._tmpdir = None
+            self._cleanup_tmp()
             raise
         self._file = file_obj
-        self._tmp_path = tmp
+        _unclosed.add(self)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -255,35 +293,47 @@ class TensorSerializer:
         return self._total_tensor_bytes
 
     def close(self) -> None:
-        """Finishes the file (and uploads it for URIs, or copies it into the file object)."""
+        """Finishes the file (and uploads it for URIs, or copies it into a stream that cannot
+        seek), then closes the file object."""
         if self._closed:
             return
         self._closed = True
+        _unclosed.discard(self)
         writer = self._writer
         try:
             if writer is not None:
                 self._total_tensor_bytes = writer.total_tensor_bytes
+                if self._tmpdir is None and self._file is not None and getattr(self._file, "closed", False):
+                    writer.abort()  # its owner closed the stream, which holds the whole file
+                    return
                 writer.close()
             if self._file is not None:
-                with open(self._tmp_path, "rb") as src:
-                    shutil.copyfileobj(src, self._file, 16 << 20)
-                with contextlib.suppress(AttributeError):
-                    self._file.flush()
-                # As tensorizer, close the file object (that is what uploads an
-                # open_stream("s3://...", "wb") object) -- except an in-memory BytesIO, whose
-                # contents closing would throw away.
-                if not isinstance(self._file, io.BytesIO):
-                    self._file.close()
+                self._finish_stream(writer)
         finally:
             self._cleanup_tmp()
+
+    def _finish_stream(self, writer) -> None:
+        if self._tmpdir is not None:
+            with open(self._tmp_path, "rb") as src:
+                shutil.copyfileobj(src, self._file, 16 << 20)
+        elif writer is not None:
+            self._file.seek(writer.size)  # after the end marker, as if written through the object
+        with contextlib.suppress(AttributeError):
+            self._file.flush()
+        # As tensorizer, close the file object (that is what uploads an
+        # open_stream("s3://...", "wb") object) -- except an in-memory BytesIO, whose
+        # contents closing would throw away.
+        if not isinstance(self._file, io.BytesIO):
+            self._file.close()
 
     def _abort(self) -> None:
         if self._closed:
             return
         self._closed = True
+        _unclosed.discard(self)
         try:
             if self._writer is not None:
-                self._writer.abort()
+                self._writer.abort()  # a stream keeps the complete file of the tensors written before
         finally:
             self._cleanup_tmp()
 
@@ -301,8 +351,33 @@ class TensorSerializer:
         else:
             self._abort()
 
+    def _finish_dropped(self) -> None:
+        # As in tensorizer, a serializer that was never closed still leaves a complete file: a
+        # seekable stream already holds it, a path is renamed into place, a URI uploaded. Where
+        # that cannot be done (a stream that cannot seek, closed first; an upload that fails) the
+        # output is incomplete: say so on stderr, never silently.
+        if getattr(self, "_closed", True):
+            return
+        try:
+            self.close()
+        except Exception as e:  # noqa: BLE001 - __del__ cannot raise; reported instead
+            with contextlib.suppress(Exception):
+                print(
+                    "tensorizer: a TensorSerializer dropped without close() could not finish its output"
+                    f" ({type(e).__name__}: {e}); the output is incomplete or missing",
+                    file=sys.stderr,
+                )
+
     def __del__(self):
-        # As in tensorizer, a serializer that was never closed still leaves a complete file.
-        with contextlib.suppress(Exception):
-            if not getattr(self, "_closed", True):
-                self.close()
+        self._finish_dropped()
+
+
+# Serializers not closed yet: those still alive at exit are finished while the interpreter can still
+# upload (a __del__ during shutdown may run after the modules it needs are gone).
+_unclosed: "weakref.WeakSet[TensorSerializer]" = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_unclosed_at_exit() -> None:
+    for serializer in list(_unclosed):
+        serializer._finish_dropped()

@@ -48,11 +48,26 @@ struct writer_options {
   tensor_encryptor* encryptor = nullptr;  // non-null: write an encrypted (v3 / v4+flag) file
 };
 
-// Writes to `path` atomically: a temporary file in the same directory, renamed over `path` by
-// close(). Destroying an unclosed writer removes the temporary file and leaves `path` untouched.
+// Where a stream writer puts its bytes: positional writes into a byte stream that the file starts
+// at offset 0 of (a caller's open file or file object, at whatever offset it chose).
+class write_sink {
+ public:
+  virtual ~write_sink() = default;
+  // Writes all of `bytes` at `offset`; errors name the stream.
+  virtual result<void> write_at(std::uint64_t offset, std::span<const std::byte> bytes) = 0;
+};
+
+// Two ways to write a file:
+// - create(path): atomically. A temporary file in the same directory, renamed over `path` by
+//   close(). Destroying an unclosed writer removes the temporary file and leaves `path` untouched.
+// - create(sink): into the caller's stream as the tensors are written, as tensorizer 2.11.1 does.
+//   After every write() the stream holds a complete file (header, index and end marker brought up
+//   to date), so a stream its owner closes without closing the writer loses nothing.
 class tensor_writer {
  public:
   static result<tensor_writer> create(const std::string& path, writer_options options = {});
+  // `name` names the stream in errors.
+  static result<tensor_writer> create(std::unique_ptr<write_sink> sink, std::string name, writer_options options = {});
   tensor_writer(tensor_writer&&) noexcept;
   tensor_writer& operator=(tensor_writer&&) noexcept;
   ~tensor_writer();
@@ -61,8 +76,11 @@ class tensor_writer {
   // entries, as tensorizer 2.12 writes it. Fails on a conflicting path, an element count whose
   // byte size overflows 64 bits, a metadata overflow (256 KiB), or I/O.
   result<void> write(const tensor_write& t);
-  // Finishes the file (header, end marker), fsyncs and renames it into place.
+  // Finishes the file (header, end marker); a path is fsynced and renamed into place.
   result<void> close();
+
+  // Bytes the file takes so far, end marker included (what close() leaves).
+  std::uint64_t size() const noexcept;
 
   std::uint32_t version() const noexcept;
 
