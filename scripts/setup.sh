@@ -31,6 +31,12 @@ python=${PYTHON:-python3}
 # 2.11.1) and holds only tensorizer, which shadows 2.11.1 there.
 tensorizer_2121_venv=${TZ_TENSORIZER_2121_VENV:-/opt/tz-peers/tensorizer-2.12.1}
 
+# tensorizer 2.11.1's own S3 upload test (TestS3::test_upload, from its sdist) mocks S3 with moto's
+# mock_s3, which moto 5 removed: moto 4 and that test file sit in directories of their own, which only
+# the test that runs it puts on PYTHONPATH.
+moto4_dir=/opt/tz-peers/moto-4.2.14
+tensorizer_2111_tests=/opt/tz-peers/tensorizer-2.11.1-tests
+
 log() { printf 'setup: %s\n' "$*"; }
 
 as_root() {
@@ -166,6 +172,25 @@ install_tensorizer_2121() {
   log "tensorizer 2.12.1: installed"
 }
 
+install_tensorizer_2111_s3_test() {
+  if [ -s "$tensorizer_2111_tests/test_stream_io.py" ] && PYTHONPATH=$moto4_dir "$python" -c \
+      'import moto, sys; sys.exit(0 if moto.__version__ == "4.2.14" else 1)' 2>/dev/null; then
+    log "tensorizer 2.11.1's S3 test with moto 4.2.14: present"
+    return
+  fi
+  log "tensorizer 2.11.1's S3 test with moto 4.2.14: installing into $moto4_dir and $tensorizer_2111_tests"
+  local tmp
+  tmp=$(mktemp -d)
+  as_root "$python" -m pip install --quiet --no-warn-conflicts --target "$moto4_dir" "moto==4.2.14" "redis" 2>&1 \
+    | { grep -v -e "^WARNING: Location 'file:" -e "^WARNING: Running pip as" -e "^WARNING: Target directory" || true; }
+  "$python" -m pip download --quiet --no-deps --no-binary :all: "tensorizer==2.11.1" -d "$tmp" 2>&1 \
+    | { grep -v "^WARNING: Location 'file:" || true; }
+  tar xzf "$tmp"/tensorizer-2.11.1.tar.gz -C "$tmp"
+  as_root mkdir -p "$tensorizer_2111_tests"
+  as_root cp "$tmp/tensorizer-2.11.1/tests/test_stream_io.py" "$tensorizer_2111_tests/"
+  rm -rf "$tmp"
+}
+
 start_s=$SECONDS
 if [ "${TZ_SKIP_APT:-0}" = 1 ]; then log "Debian packages: skipped (TZ_SKIP_APT=1)"; else install_debs; fi
 if [ "${TZ_SKIP_PIP:-0}" = 1 ]; then
@@ -173,5 +198,6 @@ if [ "${TZ_SKIP_PIP:-0}" = 1 ]; then
 else
   install_python_peers
   install_tensorizer_2121
+  install_tensorizer_2111_s3_test
 fi
 log "done in $((SECONDS - start_s)) s"

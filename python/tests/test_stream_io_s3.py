@@ -2,6 +2,7 @@
 loopback (scripts/servers/rgw.sh; skipped when it cannot start or tensorizer._C is not built), and
 the S3 helpers that need no server (s3cmd config parsing, endpoint schemes, presigned URLs)."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -215,3 +216,34 @@ def test_s3_download_url_presigns_as_boto3_does():
         assert sorted(ours_query.split("&")) == sorted(theirs_query.split("&"))
     assert stream_io._s3_download_url("s3://bucket/k", "", "", s3_endpoint="h.example") == "https://h.example/bucket/k"
     assert "AWSAccessKeyId=AK" in stream_io._s3_download_url("s3://bucket/k", "AK", "SK")  # accel-object: V2
+
+
+# tensorizer 2.11.1's own S3 upload test and the moto 4 it mocks S3 with (scripts/setup.sh).
+TENSORIZER_2111_TESTS = "/opt/tz-peers/tensorizer-2.11.1-tests/test_stream_io.py"
+MOTO4 = "/opt/tz-peers/moto-4.2.14"
+
+
+def test_tensorizer_2111_s3_upload_test_passes_on_ours(tmp_path):
+    # 2.11.1's TestS3::test_upload mocks botocore with moto in the test's own process and uploads
+    # through open_stream: our upload must be caught by the same mock, as 2.11.1's boto3 upload is.
+    if not (os.path.exists(TENSORIZER_2111_TESTS) and os.path.isdir(MOTO4)):
+        pytest.skip("tensorizer 2.11.1's test_stream_io.py or moto 4.2.14 not installed (scripts/setup.sh)")
+    env = {**os.environ, "PYTHONPATH": MOTO4}
+    script = ("import sys, pytest, tensorizer, tensorizer._C, moto\n"
+              "assert tensorizer.__version__ != '2.11.1' and moto.__version__ == '4.2.14', tensorizer.__file__\n"
+              f"sys.exit(pytest.main([{TENSORIZER_2111_TESTS!r}, '-q', '-p', 'no:cacheprovider',"
+              " '-k', 'TestS3 and test_upload']))\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def test_uploads_stay_native_unless_botocore_answers_in_process(monkeypatch):
+    from tensorizer import _boto_upload
+
+    assert stream_io._uploader() is not _boto_upload.boto3_upload or _boto_upload.botocore_is_stubbed()
+    moto = pytest.importorskip("moto")
+    with moto.mock_aws():
+        assert _boto_upload.botocore_is_stubbed()
+        assert stream_io._uploader() is _boto_upload.boto3_upload
+    assert not _boto_upload.botocore_is_stubbed()
