@@ -88,6 +88,10 @@ class cached_source final : public byte_source {
 
   const std::string& name() const noexcept override { return remote_->name(); }
   std::string version() const override { return remote_->version(); }
+  // A hit reads the local copy at the engine's local-file default; a fill and a direct read go remote.
+  unsigned read_concurrency() const noexcept override {
+    return mode_.load() == mode::hit ? 0 : remote_->read_concurrency();
+  }
   task<result<std::uint64_t>> size() override {
     TZ_CO_CHECK(co_await ready());
     co_return size_;

@@ -242,7 +242,7 @@ task<result<unsigned>> prepare_device(scheduler& sched, pipeline& p, const loade
   // Readers leave a quarter of the slots free for uploads while they wait on I/O.
   const unsigned readers =
       o.readers != 0 ? o.readers
-                     : std::max<unsigned>(1, std::min<std::size_t>(2 * sched.thread_count(), ring.slot_count() * 3 / 4));
+                     : std::max<unsigned>(1, std::min<std::size_t>(default_readers(sched, *p.source), ring.slot_count() * 3 / 4));
   const std::uint64_t slot = ring.slot_bytes() > page_bytes ? ring.slot_bytes() - page_bytes : 0;
   plan_options popts;
   popts.range_bytes = slot;
@@ -270,7 +270,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
                                                   std::vector<std::size_t> which, device_load_options options) {
   const auto t0 = pipeline_clock::now();
   load_timings t;
-  TZ_CO_TRY(ring, ctx.take_ring(options.slots(), options.slot_bytes));
+  TZ_CO_TRY(ring, ctx.take_ring(options.slots(opened.source()), options.slot_bytes));
   t.ring_s = seconds_of(nanoseconds_since(t0));
   if (options.trace) options.trace->span("take a pinned ring", t0, pipeline_clock::now());
   pipeline p;

@@ -16,13 +16,6 @@ constexpr std::uint64_t meta_align_bytes = 64;
 
 std::uint64_t align_up(std::uint64_t n, std::uint64_t a) { return (n + a - 1) / a * a; }
 
-std::uint64_t auto_range_bytes(std::uint64_t read_bytes, unsigned readers) {
-  // Big reads amortise the per-read cost; at least ~4 ranges per reader balance the workers.
-  std::uint64_t target = read_bytes / (std::uint64_t{readers} * 4);
-  target = std::clamp<std::uint64_t>(target, 1 << 20, 16 << 20);
-  return std::max<std::uint64_t>(target / (64 << 10) * (64 << 10), 64 << 10);
-}
-
 // Loader-owned layout: the file's planned stretches back to back, each at the same offset modulo
 // 4 KiB as in the file, so a range lands as one span (O_DIRECT reads go straight in).
 class mirror_layout {
@@ -130,7 +123,7 @@ struct host_load {
     if (p.with_headers) TZ_CO_CHECK(format::check_decryption_mode(p.index->header, o.decryption.has_value(), p.source->name()));
     TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
     p.selected = std::move(selected);
-    if (o.readers == 0) o.readers = 2 * sched.thread_count();
+    if (o.readers == 0) o.readers = default_readers(sched, *p.source);
     if (o.range_bytes == 0) o.range_bytes = auto_range_bytes(stored_bytes(p), o.readers);
     plan_options popts;
     popts.range_bytes = o.range_bytes;
@@ -247,7 +240,7 @@ task<result<std::vector<format::tensor_header>>> loader::async_read_headers(sche
   p.options = &o;
   TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
   p.selected = std::move(selected);
-  TZ_CO_CHECK(co_await tz::read_headers(sched, p, readers ? readers : 2 * sched.thread_count()));
+  TZ_CO_CHECK(co_await tz::read_headers(sched, p, readers ? readers : default_readers(sched, *p.source)));
   co_return std::move(p.headers);
 }
 

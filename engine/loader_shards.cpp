@@ -29,6 +29,11 @@ class shard_set_source final : public byte_source {
 
   const std::string& name() const noexcept override { return name_; }
   task<result<std::uint64_t>> size() override { co_return bytes_; }
+  unsigned read_concurrency() const noexcept override {
+    unsigned most = 0;
+    for (const auto& s : sources_) most = std::max(most, s->read_concurrency());
+    return most;
+  }
 
   task<result<void>> read(std::uint64_t offset, scatter_list dst) override {
     std::uint64_t length = 0;

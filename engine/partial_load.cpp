@@ -76,10 +76,6 @@ class extent_sink final : public sink {
   const pipeline& p_;
 };
 
-std::uint64_t default_range_bytes(std::uint64_t bytes, unsigned readers) {
-  return std::clamp<std::uint64_t>(bytes / (std::uint64_t{readers} * 4) / (64 << 10) * (64 << 10), 1 << 20, 16 << 20);
-}
-
 result<void> begin_pipeline(const loader& l, pipeline& p, const extent_options& o) {
   p.index = &l.index();
   p.source = l.shared_source().get();
@@ -121,7 +117,7 @@ task<result<void>> load_whole(scheduler& sched, const loader& l, std::vector<ten
   TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
   p.selected = std::move(selected);
   plan_options popts;
-  popts.range_bytes = o.range_bytes ? o.range_bytes : default_range_bytes(stored_bytes(p), o.readers);
+  popts.range_bytes = o.range_bytes ? o.range_bytes : auto_range_bytes(stored_bytes(p), o.readers);
   TZ_CO_CHECK(co_await prepare_plan(sched, p, popts, o.readers));
   extent_sink to(p);
   for (std::size_t i = 0; i < whole.size(); ++i) {
@@ -213,7 +209,7 @@ task<result<void>> load_parts(scheduler& sched, const loader& l, std::vector<ten
   TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
   p.selected = std::move(selected);
   if (p.with_headers) TZ_CO_CHECK(co_await read_headers(sched, p, o.readers));
-  const std::uint64_t range_bytes = o.range_bytes ? o.range_bytes : default_range_bytes(stored_bytes(p), o.readers);
+  const std::uint64_t range_bytes = o.range_bytes ? o.range_bytes : auto_range_bytes(stored_bytes(p), o.readers);
   extent_sink to(p);
   p.splits.resize(p.selected.size());
   auto next = parts.begin();
@@ -246,7 +242,7 @@ task<result<extent_load_result>> async_load_extents(scheduler& sched, const load
                                                     extent_options o) {
   const auto& index = l.index();
   const std::string& name = l.source().name();
-  if (o.readers == 0) o.readers = 2 * sched.thread_count();
+  if (o.readers == 0) o.readers = default_readers(sched, l.source());
   std::vector<tensor_extent> whole, parts;
   extent_load_result out;
   out.timings.open_s = l.open_seconds();

@@ -176,6 +176,15 @@ task<void> reader(pipeline& p) {
 
 }  // namespace
 
+unsigned default_readers(const scheduler& sched, const byte_source& source) noexcept {
+  return std::max(2 * sched.thread_count(), source.read_concurrency());
+}
+
+std::uint64_t auto_range_bytes(std::uint64_t read_bytes, unsigned readers) noexcept {
+  const std::uint64_t target = std::clamp<std::uint64_t>(read_bytes / (std::uint64_t{readers} * 4), 1 << 20, 16 << 20);
+  return target / (64 << 10) * (64 << 10);
+}
+
 std::uint64_t stored_bytes(const pipeline& p) noexcept {
   std::uint64_t n = 0;
   for (const auto* e : p.selected) n += e->end_offset() - (p.with_headers ? e->header_offset : e->data_offset);

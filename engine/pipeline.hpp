@@ -135,6 +135,16 @@ task<result<void>> read_headers(scheduler& sched, pipeline& p, unsigned readers)
 // The selected tensors' stored bytes, headers included (with_headers): what a load reads at least.
 std::uint64_t stored_bytes(const pipeline& p) noexcept;
 
+// The reads a load keeps in flight when its caller leaves `readers` at 0: two per worker for a
+// local file (one waits on I/O while the other copies), or what a remote source asks for to fill
+// its link (byte_source::read_concurrency), whichever is more.
+unsigned default_readers(const scheduler& sched, const byte_source& source) noexcept;
+
+// The range size of a load of `read_bytes` with `readers` in flight when its caller leaves it at 0:
+// big reads amortise the per-read cost, at least ~4 ranges per reader balance the workers (1-16 MiB,
+// in 64 KiB steps).
+std::uint64_t auto_range_bytes(std::uint64_t read_bytes, unsigned readers) noexcept;
+
 // Runs `readers` readers (fewer when there are fewer ranges) over p.plan on sched's workers, then
 // drains the sink. Completes when every reader is done and everything delivered has arrived,
 // whatever failed; the first error, if any, is returned.

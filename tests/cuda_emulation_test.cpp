@@ -211,6 +211,28 @@ TEST_CASE("the ring path uploads only from pinned memory and holds no more of it
   check_nothing_alive();
 }
 
+TEST_CASE("a remote source's device load keeps more reads in flight, within a larger ring") {
+  emulation_case scope;
+  {
+    tz::scheduler sched(2);
+    auto ctx = tz::device_context::create(0).value();
+    auto src = std::make_shared<tz::memory_source>(write_floats(40, 200 * kib), "mem-remote");
+    src->set_read_concurrency(40);  // what an HTTP/S3 source asks for
+    tz::device_load_options o;
+    o.slot_bytes = 64 * kib;
+    CHECK(o.slots(*src) == tz::device_load_options::remote_slot_count);
+    auto t = load(sched, *ctx, src, o);
+    REQUIRE(ok(t));
+    CHECK(all_floats_match(*t, 200 * kib));
+    CHECK(t->readers() == 40);  // the source's count: under 3/4 of the 64 slots
+    CHECK(t->ring_bytes() >= tz::device_load_options::remote_slot_count * o.slot_bytes);
+    CHECK(t->pinned_bytes_max() <= t->ring_bytes());
+    src->set_read_concurrency(0);  // a local file: the default ring and count
+    CHECK(o.slots(*src) == tz::device_load_options::default_slot_count);
+  }
+  check_nothing_alive();
+}
+
 TEST_CASE("one device context serves concurrent loads, each with a ring of its own, and later loads reuse them") {
   emulation_case scope;
   {

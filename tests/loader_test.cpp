@@ -421,6 +421,30 @@ TEST_CASE("tensors larger than a range are split, hashed part by part on any wor
   CHECK(automatic->readers() == 2 * sched.thread_count());
 }
 
+TEST_CASE("a source that asks for more reads in flight (a remote store) gets them by default") {
+  const tz_test::temp_dir dir("tz-loader-test");
+  auto path = dir.file("remote.tensors");
+  auto bytes = make_tensors_file(path, 16, 300000);
+  tz::scheduler sched(2);
+  auto src = std::make_shared<tz::memory_source>(bytes, "mem-remote");
+  auto l = tz::loader::open(sched, src).value();
+  tz::load_options o;
+  src->set_read_concurrency(24);
+  auto remote = l.load(sched, {}, o);
+  REQUIRE(remote.has_value());
+  CHECK(remote->readers() == 24);
+  for (std::size_t i = 0; i < 16; ++i) CHECK(tensor_matches(remote->data(i), i, 300000));
+  src->set_read_concurrency(1);  // fewer than the local default: the default stands
+  auto local = l.load(sched, {}, o);
+  REQUIRE(local.has_value());
+  CHECK(local->readers() == 2 * sched.thread_count());
+  src->set_read_concurrency(24);
+  o.readers = 3;  // a caller's count is kept
+  auto given = l.load(sched, {}, o);
+  REQUIRE(given.has_value());
+  CHECK(given->readers() == 3);
+}
+
 TEST_CASE("a safetensors file loads through the same pipeline") {
   const tz_test::temp_dir dir("tz-loader-test");
   auto path = dir.file("st.safetensors");

@@ -40,6 +40,7 @@ class ranged_source final : public byte_source {
   task<result<std::uint64_t>> size() override;
   task<result<void>> read(std::uint64_t offset_bytes, scatter_list dst) override;
   std::string version() const override;
+  unsigned read_concurrency() const noexcept override { return options_.reads_in_flight; }
 
  private:
   struct object_info {

@@ -47,6 +47,13 @@ struct http_options {
   // parallel on separate connections.
   std::size_t connections = 4;
   std::uint64_t split_min_bytes = 8ull << 20;
+  // The reads a load keeps in flight against this source when its caller leaves `readers` at 0
+  // (byte_source::read_concurrency), each on a connection of its own. An object store starts every
+  // response 10-80 ms late and caps a connection at 25-200 MB/s, so filling a link takes
+  // bandwidth x latency in flight: through bench/shaping_proxy's cloud profile (20 ms, 25 MB/s per
+  // connection) the engine's local-file default of two per worker got 0.35x of 32 parallel curl
+  // ranges (issue 32); see docs/benchmarks.md#object-stores for the measurement behind this value.
+  unsigned reads_in_flight = 32;
   std::vector<std::pair<std::string, std::string>> headers;  // extra request headers
   // Connect to this host instead of the URL's (the URL's host still goes into Host/SNI/checks).
   std::string connect_host;

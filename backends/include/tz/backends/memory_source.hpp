@@ -41,6 +41,11 @@ class memory_source final : public byte_source {
     version_ = std::move(v);
   }
 
+  // What read_concurrency() answers (tests of the engine's remote default); 0 by default, as for
+  // local files.
+  void set_read_concurrency(unsigned n) noexcept { read_concurrency_ = n; }
+  unsigned read_concurrency() const noexcept override { return read_concurrency_.load(); }
+
   const std::string& name() const noexcept override { return name_; }
   std::string version() const override {
     std::lock_guard lock(mutex_);
@@ -68,6 +73,7 @@ class memory_source final : public byte_source {
   std::vector<injected_fault> faults_;
   std::atomic<std::uint64_t> attempts_{0};
   std::atomic<std::uint64_t> reads_{0};
+  std::atomic<unsigned> read_concurrency_{0};
 };
 
 }  // namespace tz

@@ -37,6 +37,11 @@ class byte_source {
   // whenever the bytes change (HTTP/S3: the ETag the source pinned). Empty when the source cannot
   // tell (local files, Redis): the node-local cache (tz/cache.hpp) then does not keep the object.
   virtual std::string version() const { return {}; }
+
+  // How many reads the source wants in flight to keep its link full: a remote store, where every
+  // response starts late and each connection is capped, needs bandwidth x latency in flight, far
+  // more than a local disk. 0: no preference (the engine keeps its local-file default).
+  virtual unsigned read_concurrency() const noexcept { return 0; }
 };
 
 }  // namespace tz

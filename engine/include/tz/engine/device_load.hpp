@@ -14,6 +14,7 @@
 #include "tz/engine/scheduler.hpp"
 #include "tz/base/task.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -59,9 +60,15 @@ struct device_load_options : load_common_options {
   // Applies when the build has the CRC32 kernels or emulates them (not the null build); the
   // CRC32s are read back and compared after the last copy, with the host path's error.
   bool crc_on_device = true;
-  // The slots a load with these options uses.
+  // A remote source (byte_source::read_concurrency) keeps more reads in flight to fill its link;
+  // each holds a slot until its bytes arrive, so its ring is as large as a verified load's.
+  static constexpr std::size_t remote_slot_count = 64;
+  // The slots a load with these options uses (of `source`, when known).
   std::size_t slots() const noexcept {
     return slot_count != 0 ? slot_count : verify ? verified_slot_count : default_slot_count;
+  }
+  std::size_t slots(const byte_source& source) const noexcept {
+    return slot_count == 0 && source.read_concurrency() != 0 ? std::max(remote_slot_count, slots()) : slots();
   }
 };
 
