@@ -226,6 +226,7 @@ tz::http_options quick_options() {
   options.retry.backoff_max = std::chrono::milliseconds(50);
   options.stall_timeout = std::chrono::milliseconds(300);
   options.connections = 1;
+  options.head_fetch_bytes = 0;  // these tests count a read's ranged GETs: none beside the HEAD
   return options;
 }
 
@@ -252,6 +253,30 @@ TEST_CASE("a connection reset mid-body is retried from the first missing byte") 
   CHECK(ranges[0] == "0-" + std::to_string(object_bytes - 1));
   CHECK(ranges[1] != ranges[0]);  // resumed, not restarted
   CHECK(std::stoull(ranges[1]) > 0);
+}
+
+TEST_CASE("the head fetched beside the HEAD serves reads inside it; a failed head fetch only costs the round trip") {
+  fake_server server;
+  auto options = quick_options();
+  options.head_fetch_bytes = 320 << 10;
+  auto source = tz::open_http_source(options, server.url("/plain"));
+  REQUIRE(source.has_value());
+  std::vector<std::byte> index(73 + (256 << 10));  // a .tensors file's prefix and index
+  std::span<std::byte> spans[] = {index};
+  REQUIRE(net_test::run((*source)->read(0, spans)).has_value());
+  CHECK(std::equal(index.begin(), index.end(), server.data().begin()));
+  CHECK(server.ranges("/plain") == std::vector<std::string>{"0-" + std::to_string((320 << 10) - 1)});
+  std::vector<std::byte> beyond(1000);
+  std::span<std::byte> more[] = {beyond};
+  REQUIRE(net_test::run((*source)->read((320 << 10) - 10, more)).has_value());  // crosses the head's end
+  CHECK(std::equal(beyond.begin(), beyond.end(), server.data().begin() + (320 << 10) - 10));
+  CHECK(server.ranges("/plain").size() == 2);
+  // "/503" answers its first ranged GET (here the head's, tried once) with 503: no head, a full read.
+  std::vector<std::byte> out;
+  auto r = read_all(options, server.url("/503"), out);
+  REQUIRE_MESSAGE(r.has_value(), r.error().message);
+  CHECK(out == server.data());
+  CHECK(server.ranges("/503").size() == 2);
 }
 
 TEST_CASE("503 and 429 answers are retried and the read then succeeds") {

@@ -6,11 +6,13 @@
 #include "scatter.hpp"
 
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/this_coro.hpp>
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 
 namespace tz::net {
 namespace asio = boost::asio;
@@ -63,18 +65,75 @@ task<result<ranged_source::object_info>> ranged_source::info() {
     std::lock_guard lock(mutex_);
     if (info_) co_return *info_;
   }
-  auto make = [this] {
-    http_request request{hooks_.size_by_range_get ? "GET" : "HEAD", target_};
-    if (hooks_.size_by_range_get) request.headers.push_back({"Range", "bytes=0-0"});
+  result<object_info> found = object_info{};
+  if (hooks_.size_by_range_get) {
+    // One ranged GET answers the size, the ETag and the head (S3: error responses carry XML).
+    const auto last = std::max<std::uint64_t>(options_.head_fetch_bytes, 1) - 1;
+    auto make = [this] { return head_get_request(); };
+    std::string what = name_ + ": GET bytes=0-" + std::to_string(last);
+    auto response = co_await exchange_with_retries(*client_, make, hooks_, options_.retry, what, last + 1);
+    if (!response) co_return response.error();
+    found = info_from_range(*response);
+    if (found) found->head = head_of(*response, *found);
+  } else {
+    found = co_await info_by_head_and_get();
+  }
+  if (!found) co_return found.error();
+  std::lock_guard lock(mutex_);
+  if (!info_) info_ = *found;
+  co_return *info_;
+}
+
+// HEAD (size, ETag, whether the server offers ranges) and, beside it on a connection of its own, a
+// ranged GET of the head: one round trip for both. The GET is tried once and only ever saves round
+// trips: whatever goes wrong with it (a server that ignores ranges, a changed ETag) leaves no head.
+task<result<ranged_source::object_info>> ranged_source::info_by_head_and_get() {
+  // Named, not temporaries: the deferred operations below hold references to them until they run.
+  const std::function<http_request()> make_head = [this] {
+    http_request request{"HEAD", target_};
     for (const auto& [k, v] : options_.headers) request.headers.push_back({k, v});
     return request;
   };
-  std::string what = name_ + (hooks_.size_by_range_get ? ": GET bytes=0-0" : ": HEAD");
-  TZ_CO_TRY(response, co_await exchange_with_retries(*client_, make, hooks_, options_.retry, what));
-  TZ_CO_TRY(found, hooks_.size_by_range_get ? info_from_range(response) : info_from_head(response));
-  std::lock_guard lock(mutex_);
-  if (!info_) info_ = found;
-  co_return *info_;
+  const std::function<http_request()> make_get = [this] { return head_get_request(); };
+  const std::string what_head = name_ + ": HEAD", what_get = name_ + ": GET head";
+  if (options_.head_fetch_bytes == 0) {
+    TZ_CO_TRY(response, co_await exchange_with_retries(*client_, make_head, hooks_, options_.retry, what_head));
+    co_return info_from_head(response);
+  }
+  auto once = options_.retry;
+  once.attempts_max = 1;
+  auto ex = co_await asio::this_coro::executor;
+  auto head = asio::co_spawn(ex, exchange_with_retries(*client_, make_head, hooks_, options_.retry, what_head),
+                             asio::deferred);
+  auto get = asio::co_spawn(ex, exchange_with_retries(*client_, make_get, hooks_, once, what_get, options_.head_fetch_bytes),
+                            asio::deferred);
+  auto [order, head_thrown, head_response, get_thrown, get_response] =
+      co_await asio::experimental::make_parallel_group(std::move(head), std::move(get))
+          .async_wait(asio::experimental::wait_for_all(), use_task);
+  if (head_thrown) std::rethrow_exception(head_thrown);
+  if (get_thrown) std::rethrow_exception(get_thrown);
+  if (!head_response) co_return head_response.error();
+  TZ_CO_TRY(found, info_from_head(*head_response));
+  if (get_response && get_response->status == 206) {
+    auto from_get = info_from_range(*get_response);
+    if (from_get && from_get->size_bytes == found.size_bytes && from_get->etag == found.etag)
+      found.head = head_of(*get_response, found);
+  }
+  co_return found;
+}
+
+http_request ranged_source::head_get_request() const {
+  http_request request{"GET", target_};
+  request.headers.push_back({"Range", "bytes=0-" + std::to_string(std::max<std::uint64_t>(options_.head_fetch_bytes, 1) - 1)});
+  for (const auto& [k, v] : options_.headers) request.headers.push_back({k, v});
+  return request;
+}
+
+// The head a 206 answer carries, when it is all of it: min(head_fetch_bytes, size) bytes.
+std::shared_ptr<const std::string> ranged_source::head_of(const http_response& response, const object_info& found) const {
+  const auto want = std::min(options_.head_fetch_bytes, found.size_bytes);
+  if (response.status != 206 || want == 0 || response.body.size() != want) return nullptr;
+  return std::make_shared<const std::string>(response.body);
 }
 
 std::string ranged_source::version() const {
@@ -185,6 +244,14 @@ task<result<void>> ranged_source::read(std::uint64_t offset_bytes, scatter_list 
                                                      std::to_string(offset_bytes) + " is past the end (size " +
                                                      std::to_string(found.size_bytes) + ")");
   if (total == 0) co_return result<void>{};
+  if (found.head && offset_bytes + total <= found.head->size()) {
+    std::size_t at = static_cast<std::size_t>(offset_bytes);
+    for (const auto& d : dst) {
+      std::memcpy(d.data(), found.head->data() + at, d.size());
+      at += d.size();
+    }
+    co_return result<void>{};
+  }
   std::uint64_t parts = std::clamp<std::uint64_t>(total / std::max<std::uint64_t>(options_.split_min_bytes, 1), 1,
                                                   std::max<std::size_t>(options_.connections, 1));
   if (parts == 1) co_return co_await read_range(offset_bytes, scatter_slice(dst, 0, total), found.etag);

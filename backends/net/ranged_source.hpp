@@ -46,8 +46,12 @@ class ranged_source final : public byte_source {
   struct object_info {
     std::uint64_t size_bytes = 0;
     std::string etag;
+    std::shared_ptr<const std::string> head;  // the first bytes (http_options::head_fetch_bytes), or null
   };
   task<result<object_info>> info();
+  task<result<object_info>> info_by_head_and_get();
+  http_request head_get_request() const;
+  std::shared_ptr<const std::string> head_of(const http_response& response, const object_info& found) const;
   result<object_info> info_from_head(const http_response& response) const;
   result<object_info> info_from_range(const http_response& response) const;
   task<result<void>> read_range(std::uint64_t offset_bytes, std::vector<std::span<std::byte>> dst,

@@ -54,6 +54,10 @@ struct http_options {
   // connection) the engine's local-file default of two per worker got 0.35x of 32 parallel curl
   // ranges (issue 32); see docs/benchmarks.md#object-stores for the measurement behind this value.
   unsigned reads_in_flight = 32;
+  // The object's first bytes are fetched with its size (S3: in the same ranged GET; HTTP: a ranged
+  // GET beside the HEAD), and reads inside them are served from memory: a .tensors file's magic,
+  // header and index (73 + 256 KiB) then cost one round trip where they cost three more. 0: off.
+  std::uint64_t head_fetch_bytes = 320ull << 10;
   std::vector<std::pair<std::string, std::string>> headers;  // extra request headers
   // Connect to this host instead of the URL's (the URL's host still goes into Host/SNI/checks).
   std::string connect_host;
