@@ -124,7 +124,7 @@ struct host_load {
     TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
     p.selected = std::move(selected);
     if (o.readers == 0) o.readers = default_readers(sched, *p.source);
-    if (o.range_bytes == 0) o.range_bytes = auto_range_bytes(stored_bytes(p), o.readers);
+    if (o.range_bytes == 0) o.range_bytes = auto_range_bytes(p, o.readers);
     plan_options popts;
     popts.range_bytes = o.range_bytes;
     co_return co_await prepare_plan(sched, p, popts, o.readers);

@@ -117,7 +117,7 @@ task<result<void>> load_whole(scheduler& sched, const loader& l, std::vector<ten
   TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
   p.selected = std::move(selected);
   plan_options popts;
-  popts.range_bytes = o.range_bytes ? o.range_bytes : auto_range_bytes(stored_bytes(p), o.readers);
+  popts.range_bytes = o.range_bytes ? o.range_bytes : auto_range_bytes(p, o.readers);
   TZ_CO_CHECK(co_await prepare_plan(sched, p, popts, o.readers));
   extent_sink to(p);
   for (std::size_t i = 0; i < whole.size(); ++i) {
@@ -209,7 +209,7 @@ task<result<void>> load_parts(scheduler& sched, const loader& l, std::vector<ten
   TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
   p.selected = std::move(selected);
   if (p.with_headers) TZ_CO_CHECK(co_await read_headers(sched, p, o.readers));
-  const std::uint64_t range_bytes = o.range_bytes ? o.range_bytes : auto_range_bytes(stored_bytes(p), o.readers);
+  const std::uint64_t range_bytes = o.range_bytes ? o.range_bytes : auto_range_bytes(p, o.readers);
   extent_sink to(p);
   p.splits.resize(p.selected.size());
   auto next = parts.begin();

@@ -180,8 +180,10 @@ unsigned default_readers(const scheduler& sched, const byte_source& source) noex
   return std::max(2 * sched.thread_count(), source.read_concurrency());
 }
 
-std::uint64_t auto_range_bytes(std::uint64_t read_bytes, unsigned readers) noexcept {
-  const std::uint64_t target = std::clamp<std::uint64_t>(read_bytes / (std::uint64_t{readers} * 4), 1 << 20, 16 << 20);
+std::uint64_t auto_range_bytes(const pipeline& p, unsigned readers) noexcept {
+  const std::uint64_t per_reader = p.source->read_concurrency() != 0 ? 2 : 4;
+  const std::uint64_t target =
+      std::clamp<std::uint64_t>(stored_bytes(p) / (std::uint64_t{std::max(readers, 1u)} * per_reader), 1 << 20, 16 << 20);
   return target / (64 << 10) * (64 << 10);
 }
 

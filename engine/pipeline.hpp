@@ -140,10 +140,11 @@ std::uint64_t stored_bytes(const pipeline& p) noexcept;
 // its link (byte_source::read_concurrency), whichever is more.
 unsigned default_readers(const scheduler& sched, const byte_source& source) noexcept;
 
-// The range size of a load of `read_bytes` with `readers` in flight when its caller leaves it at 0:
-// big reads amortise the per-read cost, at least ~4 ranges per reader balance the workers (1-16 MiB,
-// in 64 KiB steps).
-std::uint64_t auto_range_bytes(std::uint64_t read_bytes, unsigned readers) noexcept;
+// The range size of p's load with `readers` in flight when its caller leaves it at 0 (1-16 MiB, in
+// 64 KiB steps): big reads amortise the per-read cost; ~4 ranges per reader balance the workers
+// of a local load. A remote read pays a round trip before its first byte, so a remote load takes
+// ~2 per reader: half the round trips, while readers that finish early can still take another.
+std::uint64_t auto_range_bytes(const pipeline& p, unsigned readers) noexcept;
 
 // Runs `readers` readers (fewer when there are fewer ranges) over p.plan on sched's workers, then
 // drains the sink. Completes when every reader is done and everything delivered has arrived,

@@ -139,7 +139,7 @@ struct options {
   // models opened one after another reuse it). N > 0: the model gets a private scheduler of N
   // workers, stopped when the model and its loads are gone.
   unsigned threads = 0;
-  // Reads in flight per load; 0 = automatic (two per worker).
+  // Reads in flight per load; 0 = automatic (two per worker, or 64 against http(s):// and s3://).
   unsigned readers = 0;
   // Check each tensor's stored CRC32 / SHA-256 during every load (.tensors; safetensors has none).
   bool verify = false;

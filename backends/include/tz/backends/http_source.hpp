@@ -52,8 +52,11 @@ struct http_options {
   // response 10-80 ms late and caps a connection at 25-200 MB/s, so filling a link takes
   // bandwidth x latency in flight: through bench/shaping_proxy's cloud profile (20 ms, 25 MB/s per
   // connection) the engine's local-file default of two per worker got 0.35x of 32 parallel curl
-  // ranges (issue 32); see docs/benchmarks.md#object-stores for the measurement behind this value.
-  unsigned reads_in_flight = 32;
+  // ranges (issue 32). 64: the most the measurements below still gained from (cloud, 1 GiB, wall
+  // GB/s, medians of 3: 32 reads 0.56-0.60, 48 0.65, 64 0.98, curl's 32 ranges 0.68); a load's
+  // host memory does not grow with it, a device load's ring bounds it (device_load_options).
+  // The table: docs/benchmarks.md#object-stores.
+  unsigned reads_in_flight = 64;
   // The object's first bytes are fetched with its size (S3: in the same ranged GET; HTTP: a ranged
   // GET beside the HEAD), and reads inside them are served from memory: a .tensors file's magic,
   // header and index (73 + 256 KiB) then cost one round trip where they cost three more. 0: off.

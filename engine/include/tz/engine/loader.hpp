@@ -54,8 +54,9 @@ class load_trace;
 
 // What every load takes, whatever its sink (host memory or a device): reads, checks, keys, progress.
 struct load_common_options {
-  // Reads in flight at once; 0 = automatic (two per worker thread; device loads: at most 3/4 of
-  // the ring's slots). Each reader runs on one worker.
+  // Reads in flight at once; 0 = automatic (two per worker thread, or what a remote source asks
+  // for to fill its link, whichever is more; device loads: at most 3/4 of the ring's slots). Each
+  // reader runs on one worker.
   unsigned readers = 0;
   // Check each tensor's stored CRC32 / SHA-256 (.tensors only) on the workers, beside the reads:
   // CRC32 per range on whichever worker holds it, SHA-256 in file order per tensor.
