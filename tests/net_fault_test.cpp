@@ -85,6 +85,10 @@ class fake_server {
       ranges_[path].push_back(std::to_string(first) + "-" + std::to_string(last));
       count = static_cast<int>(ranges_[path].size());
     }
+    if (path == "/changes" && head.find("If-Match: \"v1\"") != std::string::npos) {  // replaced since the HEAD
+      co_await write(socket, "HTTP/1.1 412 Precondition Failed\r\nETag: \"v2\"\r\nContent-Length: 0\r\n\r\n");
+      co_return true;
+    }
     if ((path == "/503" && count == 1) || path == "/always503") {
       co_await write(socket, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy");
       co_return true;
@@ -277,6 +281,17 @@ TEST_CASE("the head fetched beside the HEAD serves reads inside it; a failed hea
   REQUIRE_MESSAGE(r.has_value(), r.error().message);
   CHECK(out == server.data());
   CHECK(server.ranges("/503").size() == 2);
+}
+
+TEST_CASE("an object replaced between its HEAD and a read fails cleanly, naming it, without retries") {
+  fake_server server;
+  std::vector<std::byte> out;
+  auto r = read_all(quick_options(), server.url("/changes"), out);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == tz::errc::io);
+  CHECK_MESSAGE(contains(r.error().message, "the object changed"), r.error().message);
+  CHECK_MESSAGE(contains(r.error().message, server.url("/changes")), r.error().message);
+  CHECK(server.ranges("/changes").size() == 1);
 }
 
 TEST_CASE("503 and 429 answers are retried and the read then succeeds") {
