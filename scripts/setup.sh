@@ -30,6 +30,10 @@ python=${PYTHON:-python3}
 # that sees the base interpreter's site-packages (torch, numpy, libnacl: the same requirements as
 # 2.11.1) and holds only tensorizer, which shadows 2.11.1 there.
 tensorizer_2121_venv=${TZ_TENSORIZER_2121_VENV:-/opt/tz-peers/tensorizer-2.12.1}
+# Run:ai's Model Streamer 0.17 is bench/cloud_bench.sh's S3 peer (bench/peers/runai_peer.py): a venv that
+# sees the base site-packages (torch, numpy, boto3) and adds the streamer, its S3 backend and humanize.
+runai_venv=/opt/tz-peers/runai-0.17
+runai_requirements=("runai-model-streamer==0.17.0" "runai-model-streamer-s3==0.17.1" "humanize")
 
 # tensorizer 2.11.1's own S3 upload test (TestS3::test_upload, from its sdist) mocks S3 with moto's
 # mock_s3, which moto 5 removed: moto 4 and that test file sit in directories of their own, which only
@@ -152,24 +156,26 @@ sys.exit(0 if tensorizer.__version__ == "2.12.1" else 1)
 PY
 }
 
-install_tensorizer_2121() {
-  if tensorizer_2121_present; then
-    log "tensorizer 2.12.1: present in $tensorizer_2121_venv"
+# install_peer_venv LABEL VENV PRESENT SKIPPED PIP_ARGS...: a venv that sees the base interpreter's
+# site-packages and adds PIP_ARGS; nothing when the function PRESENT says it is there already.
+install_peer_venv() {
+  local label=$1 venv=$2 present=$3 skipped=$4
+  shift 4
+  if "$present"; then
+    log "$label: present in $venv"
     return
   fi
   if ! python_peers_present; then
-    log "WARNING: tensorizer 2.12.1 NOT installed (the base peers are missing); its tests will skip"
+    log "WARNING: $label NOT installed (the base peers are missing); $skipped"
     return
   fi
-  log "tensorizer 2.12.1: creating $tensorizer_2121_venv"
-  as_root mkdir -p "$(dirname "$tensorizer_2121_venv")"
+  log "$label: creating $venv"
+  as_root mkdir -p "$(dirname "$venv")"
   # --clear: a venv left from another base interpreter would see the wrong site-packages.
-  as_root "$python" -m venv --clear --system-site-packages "$tensorizer_2121_venv"
-  # --no-deps: its requirements are 2.11.1's, already in the base site-packages.
-  as_root "$tensorizer_2121_venv/bin/python" -m pip install --quiet --no-deps "tensorizer==2.12.1" 2>&1 \
-    | { grep -v "^WARNING: Location 'file:" || true; }
-  tensorizer_2121_present || { log "tensorizer 2.12.1: still missing after install" >&2; exit 1; }
-  log "tensorizer 2.12.1: installed"
+  as_root "$python" -m venv --clear --system-site-packages "$venv"
+  as_root "$venv/bin/python" -m pip install --quiet "$@" 2>&1 | { grep -v "^WARNING: Location 'file:" || true; }
+  "$present" || { log "$label: still missing after install" >&2; exit 1; }
+  log "$label: installed"
 }
 
 install_tensorizer_2111_s3_test() {
@@ -191,13 +197,28 @@ install_tensorizer_2111_s3_test() {
   rm -rf "$tmp"
 }
 
+# Exits 0 when the Run:ai venv imports the streamer at 0.17.0 with its S3 backend.
+runai_present() {
+  [ -x "$runai_venv/bin/python" ] && "$runai_venv/bin/python" - <<'PY' 2>/dev/null
+import sys
+from importlib import metadata
+import runai_model_streamer, runai_model_streamer_s3  # noqa: F401
+sys.exit(0 if metadata.version("runai-model-streamer") == "0.17.0" else 1)
+PY
+}
+
 start_s=$SECONDS
 if [ "${TZ_SKIP_APT:-0}" = 1 ]; then log "Debian packages: skipped (TZ_SKIP_APT=1)"; else install_debs; fi
 if [ "${TZ_SKIP_PIP:-0}" = 1 ]; then
   log "Python peers: skipped (TZ_SKIP_PIP=1)"
 else
   install_python_peers
-  install_tensorizer_2121
+  # --no-deps: 2.12.1's requirements are 2.11.1's, already in the base site-packages.
+  install_peer_venv "tensorizer 2.12.1" "$tensorizer_2121_venv" tensorizer_2121_present "its tests will skip" \
+    --no-deps "tensorizer==2.12.1"
   install_tensorizer_2111_s3_test
+  # With its dependencies: torch, numpy and boto3 are already satisfied by the base site-packages.
+  install_peer_venv "Run:ai Model Streamer 0.17" "$runai_venv" runai_present "cloud_bench.sh leaves it out" \
+    "${runai_requirements[@]}"
 fi
 log "done in $((SECONDS - start_s)) s"

@@ -117,6 +117,14 @@ phase "python benchmark (smoke)"
 phase "python load phases (smoke: host, 64 MiB)"
 "$build_dir/venv/bin/python" bench/python_load_phases.py --smoke --cli "$build_dir/bin/tensorizer"
 "$build_dir/venv/bin/python" bench/python_load_phases.py --smoke --verify --cli "$build_dir/bin/tensorizer"
+phase "cloud benchmark (smoke: 16 MiB through the shaping proxy, loopback and cloud profiles)"
+# After the Python build (its rows load through build/venv); it starts nginx and RGW itself (exit 77:
+# not installed) and asserts only that every load is exact. The servers are stopped after it.
+cloud_rc=0
+TZ_NET_PORT_BASE=19000 TZ_NET_WORKDIR="$build_dir/cloud-servers" bench/cloud_bench.sh --smoke "$build_dir" 16 1 "loopback cloud" ||
+  cloud_rc=$?
+for s in nginx rgw; do scripts/servers/$s.sh stop "$build_dir/cloud-servers" >/dev/null 2>&1 || true; done
+case $cloud_rc in 0) ;; 77) echo "test.sh: cloud benchmark smoke skipped (servers not installed)" ;; *) exit "$cloud_rc" ;; esac
 phase "distributed benchmark (smoke: gloo, world 1/2/4, 16 MiB)"
 "$build_dir/venv/bin/python" bench/distributed_bench.py --smoke
 fuzz_smoke_s=${TZ_FUZZ_SMOKE_S:-5}

@@ -151,7 +151,7 @@ struct options {
   std::optional<double> connect_timeout_s, first_byte_timeout_s, stall_timeout_s, give_up_after_s, deadline_s;
   std::string ca_file;          // https: trust this CA bundle (default: the system store)
   bool verify_tls = true;       // false: do not verify certificates (explicit insecure opt-out)
-  unsigned connections = 0;     // parallel connections per remote source, 1..256; 0 = 4
+  unsigned connections = 0;     // connections one read of >= 16 MiB is split over, 1..256; 0 = 4
   // s3://. Unset fields follow the AWS chain (s3cmd config, AWS_* variables, ~/.aws/credentials).
   std::string s3_endpoint;      // e.g. "https://object.example.com" (an explicit http:// is honoured)
   std::string s3_region;        // SigV4 region (default AWS_REGION, else us-east-1)
