@@ -47,7 +47,7 @@ std::vector<tensor_write> sample_tensors(const std::vector<std::byte>& a, const 
 file_index parse_complete(const std::vector<std::byte>& bytes) {
   auto r = file_reader::open(read_at_fn([&bytes](std::uint64_t off, std::span<std::byte> dst) -> result<void> {
                                if (off + dst.size() > bytes.size()) return make_error(errc::format, "past the end");
-                               std::memcpy(dst.data(), bytes.data() + off, dst.size());
+                               if (!dst.empty()) std::memcpy(dst.data(), bytes.data() + off, dst.size());
                                return {};
                              }),
                              bytes.size(), "stream");

@@ -247,7 +247,7 @@ task<result<void>> ranged_source::read(std::uint64_t offset_bytes, scatter_list 
   if (found.head && offset_bytes + total <= found.head->size()) {
     std::size_t at = static_cast<std::size_t>(offset_bytes);
     for (const auto& d : dst) {
-      std::memcpy(d.data(), found.head->data() + at, d.size());
+      if (!d.empty()) std::memcpy(d.data(), found.head->data() + at, d.size());  // an empty span may be null
       at += d.size();
     }
     co_return result<void>{};
