@@ -48,7 +48,8 @@ pinned_buffer::~pinned_buffer() { release(); }
 device_buffer::device_buffer(device_buffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_bytes_(std::exchange(other.size_bytes_, 0)),
-      device_(std::exchange(other.device_, -1)) {}
+      device_(std::exchange(other.device_, -1)),
+      owned_(std::exchange(other.owned_, true)) {}
 
 device_buffer& device_buffer::operator=(device_buffer&& other) noexcept {
   if (this != &other) {
@@ -56,6 +57,7 @@ device_buffer& device_buffer::operator=(device_buffer&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_bytes_ = std::exchange(other.size_bytes_, 0);
     device_ = std::exchange(other.device_, -1);
+    owned_ = std::exchange(other.owned_, true);
   }
   return *this;
 }

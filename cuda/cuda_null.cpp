@@ -41,6 +41,10 @@ result<device_buffer> alloc_device(int device, std::size_t size_bytes) {
   return no_cuda("device buffer of " + std::to_string(size_bytes) + " bytes on cuda:" + std::to_string(device));
 }
 
+result<device_buffer> borrow_device(int device, void*, std::size_t size_bytes) {
+  return no_cuda("borrowing " + std::to_string(size_bytes) + " device bytes on cuda:" + std::to_string(device));
+}
+
 result<void> zero_async(void*, std::size_t size_bytes, void*) {
   return no_cuda("zeroing " + std::to_string(size_bytes) + " device bytes");
 }

@@ -126,8 +126,16 @@ result<device_buffer> alloc_device(int device, std::size_t size_bytes) {
   return device_buffer(data, size_bytes, device);
 }
 
+result<device_buffer> borrow_device(int device, void* data, std::size_t size_bytes) {
+  TZ_CHECK(detail::check_device(device, "borrowing device memory"));
+  if (data == nullptr && size_bytes != 0)
+    return make_error(errc::invalid_argument, "borrowing device memory: a null address for " +
+                                                  std::to_string(size_bytes) + " bytes on cuda:" + std::to_string(device));
+  return device_buffer(data, size_bytes, device, false);
+}
+
 void device_buffer::release() noexcept {
-  if (data_ != nullptr) {
+  if (data_ != nullptr && owned_) {
     auto scope = detail::device_scope::enter(device_, "freeing a device buffer");
     static_cast<void>(cudaFree(data_));  // ignored for the reasons given in pinned_buffer::release
   }

@@ -1,9 +1,9 @@
 // Partial loads (partial_load.hpp): whole tensors through the usual plan, parts of tensors through
 // a plan of their own (plain stretches coalesced, encrypted ones widened to whole cipher chunks),
-// both run by the one pipeline with a sink that lands bytes in the caller's spans.
-#include "pipeline.hpp"
+// both run by the one pipeline with a sink that lands bytes in the caller's spans (here) or, through
+// a pinned ring, in caller device memory (partial_device.cpp).
+#include "extent_sink.hpp"
 
-#include "tz/engine/partial_load.hpp"
 #include "tz/format/encryption.hpp"
 
 #include <algorithm>
@@ -15,28 +15,18 @@ namespace {
 
 constexpr std::size_t max_pieces_per_range = 256;  // well under IOV_MAX for one readv
 
-// Where one range's pieces land: per piece the caller's bytes (null: a header or gap, into the side
-// buffer), or, for a staged range (encrypted parts), the range in the side buffer and the copies out.
-struct range_target {
-  std::vector<std::byte*> piece_dst;
-  bool staged = false;
-  std::vector<std::pair<std::uint64_t, std::span<std::byte>>> copy_out;  // (offset in the range, destination)
-};
-
-class extent_sink final : public sink {
+// Host memory: the caller's spans are written by the reads themselves; a staged range lands in the
+// side buffer and its parts are copied out after its checks.
+class host_extent_sink final : public extent_sink {
  public:
-  explicit extent_sink(const pipeline& p) : p_(p) {}
-  // Whole tensors: data piece of selected tensor t lands in whole[t] at its offset in the tensor.
-  std::vector<std::span<std::byte>> whole;
-  // Parts: per plan range.
-  std::vector<range_target> targets;
+  using extent_sink::extent_sink;
 
   task<result<lease>> reserve() override { co_return lease{}; }
 
   void place(const load_range& r, landing& where) override {
     where.pieces.clear();
     where.whole = {};
-    const range_target* t = targets.empty() ? nullptr : &targets[static_cast<std::size_t>(&r - p_.plan.ranges.data())];
+    const range_target* t = target_of(r);
     if (t != nullptr && t->staged) {
       where.side.resize(r.length_bytes);
       where.whole = where.side;
@@ -58,22 +48,16 @@ class extent_sink final : public sink {
     }
   }
 
-  result<void> deliver(const load_range&, landing& where, std::int64_t index) override {
-    if (targets.empty()) return {};
-    for (const auto& [at, dst] : targets[static_cast<std::size_t>(index)].copy_out)
-      std::memcpy(dst.data(), where.whole.data() + at, dst.size());
+  result<void> deliver(const load_range& r, landing& where, std::int64_t) override {
+    if (const range_target* t = target_of(r))
+      for (const auto& [at, dst] : t->copy_out) std::memcpy(dst.data(), where.whole.data() + at, dst.size());
     return {};
   }
   task<void> drain() override { co_return; }
-
- private:
-  std::byte* destination(const load_range& r, std::size_t k, const range_target* t) const {
-    const plan_piece& piece = r.pieces[k];
-    if (t != nullptr) return t->piece_dst[k];
-    if (piece.what != plan_piece::kind::data) return nullptr;
-    return whole[piece.tensor].data() + (piece.offset_bytes - p_.selected[piece.tensor]->data_offset);
+  result<void> zero(std::span<std::byte> dst) override {
+    if (!dst.empty()) std::memset(dst.data(), 0, dst.size());
+    return {};
   }
-  const pipeline& p_;
 };
 
 result<void> begin_pipeline(const loader& l, pipeline& p, const extent_options& o) {
@@ -107,7 +91,8 @@ task<result<void>> run_and_add(scheduler& sched, pipeline& p, unsigned readers, 
 
 // Whole tensors: the usual plan (split tensors, header checks, verification), landing in the spans.
 task<result<void>> load_whole(scheduler& sched, const loader& l, std::vector<tensor_extent> whole,
-                              const extent_options& o, extent_load_result& out) {
+                              const extent_options& o, const extent_sink_maker& make, extent_plan_limits limits,
+                              extent_load_result& out) {
   const auto t0 = pipeline_clock::now();
   std::sort(whole.begin(), whole.end(), [](const auto& a, const auto& b) { return a.part.index < b.part.index; });
   std::vector<std::size_t> which;
@@ -117,14 +102,15 @@ task<result<void>> load_whole(scheduler& sched, const loader& l, std::vector<ten
   TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
   p.selected = std::move(selected);
   plan_options popts;
-  popts.range_bytes = o.range_bytes ? o.range_bytes : auto_range_bytes(p, o.readers);
+  popts.range_bytes = std::min(o.range_bytes ? o.range_bytes : auto_range_bytes(p, o.readers), limits.range_limit_bytes);
+  popts.range_limit_bytes = limits.range_limit_bytes;
   TZ_CO_CHECK(co_await prepare_plan(sched, p, popts, o.readers));
-  extent_sink to(p);
+  auto to = make(p);
   for (std::size_t i = 0; i < whole.size(); ++i) {
-    if (p.selected[i]->is_meta()) std::memset(whole[i].bytes.data(), 0, whole[i].bytes.size());
-    to.whole.push_back(whole[i].bytes);
+    if (p.selected[i]->is_meta()) TZ_CO_CHECK(to->zero(whole[i].bytes));
+    to->whole.push_back(whole[i].bytes);
   }
-  p.out = &to;
+  p.out = to.get();
   co_return co_await run_and_add(sched, p, o.readers, t0, out);
 }
 
@@ -196,7 +182,8 @@ void plan_cipher_parts(pipeline& p, std::uint32_t t, const std::vector<tensor_ex
 
 // Parts of tensors: their headers (keys, chunk sizes) first, then a plan of their own.
 task<result<void>> load_parts(scheduler& sched, const loader& l, std::vector<tensor_extent> parts,
-                              const extent_options& o, extent_load_result& out) {
+                              const extent_options& o, const extent_sink_maker& make, extent_plan_limits limits,
+                              extent_load_result& out) {
   const auto t0 = pipeline_clock::now();
   std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) {
     return std::pair(a.part.index, a.part.data_begin_bytes) < std::pair(b.part.index, b.part.data_begin_bytes);
@@ -209,8 +196,9 @@ task<result<void>> load_parts(scheduler& sched, const loader& l, std::vector<ten
   TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
   p.selected = std::move(selected);
   if (p.with_headers) TZ_CO_CHECK(co_await read_headers(sched, p, o.readers));
-  const std::uint64_t range_bytes = o.range_bytes ? o.range_bytes : auto_range_bytes(p, o.readers);
-  extent_sink to(p);
+  const std::uint64_t range_bytes =
+      std::min(o.range_bytes ? o.range_bytes : auto_range_bytes(p, o.readers), limits.range_limit_bytes);
+  auto to = make(p);
   p.splits.resize(p.selected.size());
   auto next = parts.begin();
   for (std::uint32_t t = 0; t < p.selected.size(); ++t) {
@@ -220,26 +208,31 @@ task<result<void>> load_parts(scheduler& sched, const loader& l, std::vector<ten
     auto& s = *(p.splits[t] = std::make_unique<split_state>());
     if (p.with_headers) s.header = p.headers[t];
     if (p.selected[t]->is_meta()) {
-      for (const auto& x : mine) std::memset(x.bytes.data(), 0, x.bytes.size());
+      for (const auto& x : mine) TZ_CO_CHECK(to->zero(x.bytes));
       continue;
     }
     if (p.encrypted) {
       TZ_CO_TRY(key, o.decryption->key_for(s.header, p.source->name()));
       s.key = std::move(key);
-      plan_cipher_parts(p, t, mine, format::cipher_chunk_bytes(s.header), range_bytes, to.targets);
+      const std::uint64_t chunk = format::cipher_chunk_bytes(s.header);
+      if (chunk > limits.range_limit_bytes)
+        co_return make_error(errc::unsupported, p.source->name() + ": tensor " + p.selected[t]->name + ": its cipher chunks of " +
+                                                    std::to_string(chunk) + " bytes do not fit a staging slot of " +
+                                                    std::to_string(limits.range_limit_bytes) + " bytes");
+      plan_cipher_parts(p, t, mine, chunk, range_bytes, to->targets);
     } else {
-      plan_plain_parts(p, t, mine, o, range_bytes, to.targets);
+      plan_plain_parts(p, t, mine, o, range_bytes, to->targets);
     }
   }
   for (const auto& r : p.plan.ranges) p.plan.read_bytes += r.length_bytes;
-  p.out = &to;
+  p.out = to.get();
   co_return co_await run_and_add(sched, p, o.readers, t0, out);
 }
 
 }  // namespace
 
-task<result<extent_load_result>> async_load_extents(scheduler& sched, const loader& l, std::vector<tensor_extent> extents,
-                                                    extent_options o) {
+task<result<extent_load_result>> run_extents(scheduler& sched, const loader& l, std::vector<tensor_extent> extents,
+                                             extent_options o, const extent_sink_maker& make, extent_plan_limits limits) {
   const auto& index = l.index();
   const std::string& name = l.source().name();
   if (o.readers == 0) o.readers = default_readers(sched, l.source());
@@ -272,9 +265,15 @@ task<result<extent_load_result>> async_load_extents(scheduler& sched, const load
     }
     parts.push_back(x);
   }
-  if (!whole.empty()) TZ_CO_CHECK(co_await load_whole(sched, l, std::move(whole), o, out));
-  if (!parts.empty()) TZ_CO_CHECK(co_await load_parts(sched, l, std::move(parts), o, out));
+  if (!whole.empty()) TZ_CO_CHECK(co_await load_whole(sched, l, std::move(whole), o, make, limits, out));
+  if (!parts.empty()) TZ_CO_CHECK(co_await load_parts(sched, l, std::move(parts), o, make, limits, out));
   co_return out;
+}
+
+task<result<extent_load_result>> async_load_extents(scheduler& sched, const loader& l, std::vector<tensor_extent> extents,
+                                                    extent_options o) {
+  const extent_sink_maker host = [](pipeline& p) -> std::unique_ptr<extent_sink> { return std::make_unique<host_extent_sink>(p); };
+  co_return co_await run_extents(sched, l, std::move(extents), std::move(o), host);
 }
 
 result<extent_load_result> load_extents(scheduler& sched, const loader& l, std::vector<tensor_extent> extents,

@@ -35,6 +35,8 @@ tz_add_doctest(cuda_emulated_test SOURCES cuda_test.cpp LIBS tz_cuda_emulated)
 tz_add_doctest(device_load_emulated_test SOURCES $<TARGET_OBJECTS:tz_device_load_test_objects> LIBS tz_emulated_stack REFERENCE)
 tz_add_doctest(cuda_emulation_test SOURCES cuda_emulation_test.cpp LIBS tz_emulated_stack)
 tz_add_doctest(cuda_emulation_crypt_test SOURCES cuda_emulation_crypt_test.cpp LIBS tz_emulated_stack)
+# Extents (a partition's share, slices) onto the device through the ring.
+tz_add_doctest(cuda_emulation_extents_test SOURCES cuda_emulation_extents_test.cpp LIBS tz_emulated_stack)
 
 if(TZ_BUILD_BENCH)
   add_executable(gpu_load_bench_emulated ${PROJECT_SOURCE_DIR}/bench/gpu_load_bench.cpp)

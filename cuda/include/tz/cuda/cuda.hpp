@@ -88,7 +88,8 @@ result<pinned_buffer> alloc_pinned(std::size_t size_bytes);
 result<pinned_buffer> register_pinned(std::span<std::byte> memory, int device = -1);
 
 // One contiguous allocation in the memory of one device (cudaMalloc). Move-only; the destructor
-// frees it with that device made current, restoring the caller's current device afterwards.
+// frees it with that device made current, restoring the caller's current device afterwards. A
+// borrowed buffer (borrow_device) names caller memory and frees nothing.
 class device_buffer {
  public:
   device_buffer() noexcept = default;
@@ -106,19 +107,27 @@ class device_buffer {
 
  private:
   friend result<device_buffer> alloc_device(int device, std::size_t size_bytes);
-  device_buffer(void* data, std::size_t size_bytes, int device) noexcept
-      : data_(data), size_bytes_(size_bytes), device_(device) {}
+  friend result<device_buffer> borrow_device(int device, void* data, std::size_t size_bytes);
+  device_buffer(void* data, std::size_t size_bytes, int device, bool owned = true) noexcept
+      : data_(data), size_bytes_(size_bytes), device_(device), owned_(owned) {}
   void release() noexcept;
 
   void* data_ = nullptr;
   std::size_t size_bytes_ = 0;
   int device_ = -1;
+  bool owned_ = true;
 };
 
 // Allocates `size_bytes` on device `device`. A size of 0 gives an empty buffer (after the device
 // index is checked). Fails with errc::no_device for a device that does not exist and errc::cuda
 // when the allocation is refused (out of memory), naming the device and size.
 result<device_buffer> alloc_device(int device, std::size_t size_bytes);
+
+// Caller memory on device `device`, [data, data + size_bytes) (a CUDA tensor's storage, say), as a
+// buffer to upload into; it never frees it, so the memory must outlive every upload into it.
+// Fails with errc::no_device for a device that does not exist (or a build without CUDA) and
+// errc::invalid_argument for a null address with a non-zero size.
+result<device_buffer> borrow_device(int device, void* data, std::size_t size_bytes);
 
 // Enqueues setting `size_bytes` device bytes at `device_data` (current device) to zero on
 // `cuda_stream` (a cudaStream_t) and returns without waiting (cudaMemsetAsync): for memory that

@@ -5,6 +5,7 @@
 
 #include "tz/base/error.hpp"
 #include "tz/base/task.hpp"
+#include "tz/engine/device_load.hpp"
 #include "tz/engine/loader.hpp"
 #include "tz/engine/scheduler.hpp"
 #include "tz/format/tensorizer.hpp"
@@ -104,5 +105,48 @@ task<result<extent_load_result>> async_load_extents(scheduler& sched, const load
                                                     extent_options options = {});
 result<extent_load_result> load_extents(scheduler& sched, const loader& l, std::vector<tensor_extent> extents,
                                         extent_options options = {});
+
+// ---- onto a device ----------------------------------------------------------------------------
+
+// Caller memory on a device that extents land in: [data, data + size_bytes) on `device` (a CUDA
+// tensor's storage, say). Never dereferenced on the host; it must outlive the load.
+struct device_region {
+  void* data = nullptr;
+  std::uint64_t size_bytes = 0;
+  int device = 0;
+};
+
+// A part and its place in the region: bytes [offset_bytes, offset_bytes + part.length_bytes).
+struct device_extent {
+  tensor_part part;
+  std::uint64_t offset_bytes = 0;
+};
+
+// A device load's options (the staging ring's shape among them) plus the gap merge of extents.
+struct device_extent_options : device_load_options {
+  std::uint64_t gap_merge_bytes = 64 << 10;  // as extent_options::gap_merge_bytes
+};
+
+struct device_extent_result : extent_load_result {
+  std::uint64_t ring_bytes = 0;        // the pinned ring the load took
+  std::uint64_t pinned_bytes_max = 0;  // most of it held at once (<= ring_bytes)
+  unsigned readers = 0;                // reads kept in flight
+};
+
+// Reads each extent's bytes into its place in `region` through the context's bounded ring of
+// pinned slots: reads land in a slot, are checked there (headers; whole tensors decrypted and, with
+// verify, hashed; encrypted parts opened from their whole cipher chunks), and are copied to the
+// device on the context's streams; each copy's completion returns its slot. So the pinned memory
+// of the load is the ring, whatever the extents add up to. Meta tensors' parts are zero-filled on
+// the device. Completes when every copy has completed. Fails as load_extents does, plus
+// errc::invalid_argument for an extent outside the region or a region on another device than the
+// context's, errc::no_device / errc::cuda from the CUDA stage, errc::unsupported for cipher chunks
+// larger than a slot. On failure no copy is in flight.
+task<result<device_extent_result>> async_load_extents_to_device(scheduler& sched, device_context& ctx, const loader& l,
+                                                                std::vector<device_extent> extents, device_region region,
+                                                                device_extent_options options = {});
+result<device_extent_result> load_extents_to_device(scheduler& sched, device_context& ctx, const loader& l,
+                                                    std::vector<device_extent> extents, device_region region,
+                                                    device_extent_options options = {});
 
 }  // namespace tz
