@@ -31,6 +31,11 @@ tz_status fail(const tensorizer::error& e) noexcept;
 tz_status fail(tensorizer::errc code, const char* message) noexcept;
 const char* last_message() noexcept;
 
+// Writes a load's timings to *out when out is not NULL.
+inline void put_timings(const tensorizer::load_timings& t, tz_timings* out) noexcept {
+  if (out) *out = tz_timings{t.open_s, t.prepare_s, t.transfer_s, t.total_s, t.read_s, t.verify_s, t.decrypt_s, t.upload_s, t.wait_s};
+}
+
 // Runs one C entry point's body; an exception becomes TZ_ERR_INTERNAL naming the function.
 template <class F>
 tz_status guarded(const char* where, F&& body) noexcept {

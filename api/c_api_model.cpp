@@ -8,6 +8,7 @@
 namespace {
 
 using tz_c::fail;
+using tz_c::put_timings;
 using tensorizer::errc;
 
 std::vector<std::string> names_of(const char* const* names, std::size_t count) {
@@ -20,11 +21,6 @@ std::vector<std::string> names_of(const char* const* names, std::size_t count) {
 void put_info(const tensorizer::tensor_info& i, tz_tensor_info* out) {
   *out = tz_tensor_info{i.name.c_str(), i.dtype.c_str(), i.shape.empty() ? nullptr : i.shape.data(),
                         i.shape.size(), i.size_bytes, i.offset};
-}
-
-void put_timings(const tensorizer::load_timings& t, tz_timings* out) {
-  if (out) *out = tz_timings{t.open_s, t.prepare_s, t.transfer_s, t.total_s, t.read_s,
-                             t.verify_s, t.decrypt_s, t.upload_s, t.wait_s};
 }
 
 tz_status out_of_range(const char* where, std::size_t index, std::size_t size) {

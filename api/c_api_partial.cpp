@@ -1,5 +1,5 @@
 // The C ABI's partial loads (tensorizer.h: tz_chunk_bounds, tz_model_plan_partition,
-// tz_model_plan_slice, tz_model_load_parts) over the facade's.
+// tz_model_plan_slice, tz_model_load_parts, tz_model_load_parts_to_device) over the facade's.
 #include "c_api.hpp"
 
 namespace {
@@ -76,11 +76,24 @@ tz_status tz_model_load_parts(const tz_model* model, const tz_tensor_part* parts
     auto got = model->m.load_parts(dst);
     if (!got) return fail(got.error());
     if (read_bytes) *read_bytes = got->read_bytes;
-    if (timings) {
-      const auto& t = got->timings;
-      *timings = tz_timings{t.open_s, t.prepare_s, t.transfer_s, t.total_s, t.read_s,
-                            t.verify_s, t.decrypt_s, t.upload_s, t.wait_s};
-    }
+    tz_c::put_timings(got->timings, timings);
+    return TZ_OK;
+  });
+}
+
+tz_status tz_model_load_parts_to_device(const tz_model* model, int device, const tz_tensor_part* parts,
+                                        void* const* device_buffers, size_t count, uint64_t* read_bytes,
+                                        uint64_t* pinned_bytes, tz_timings* timings) {
+  TZ_C_REQUIRE(model && (count == 0 || (parts && device_buffers)), "tz_model_load_parts_to_device");
+  return tz_c::guarded("tz_model_load_parts_to_device", [&] {
+    std::vector<tensorizer::device_part_destination> dst;
+    for (std::size_t i = 0; i < count; ++i)
+      dst.push_back({{parts[i].index, parts[i].begin_bytes, parts[i].length_bytes}, device_buffers[i]});
+    auto got = model->m.load_parts_to_device(device, dst);
+    if (!got) return fail(got.error());
+    if (read_bytes) *read_bytes = got->read_bytes;
+    if (pinned_bytes) *pinned_bytes = got->pinned_bytes;
+    tz_c::put_timings(got->timings, timings);
     return TZ_OK;
   });
 }

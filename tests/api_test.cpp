@@ -296,6 +296,39 @@ TEST_SUITE("gpu") {
     }
   }
 
+  TEST_CASE("every rank's share of a partition, loaded into device memory the caller owns, rebuilds the model") {
+    for (const std::string name : {"plain.tensors", "key.tensors"}) {
+      CAPTURE(name);
+      auto m = tensorizer::model::open(path(name.c_str()), name == "key.tensors" ? with_key() : tensorizer::options{}).value();
+      auto whole = m.load().value();
+      for (unsigned world : {1u, 2u, 3u}) {
+        CAPTURE(world);
+        auto plan = m.plan_partition(world).value();
+        const auto total = plan.begin[world];
+        auto* flat = static_cast<std::byte*>(tz_test_device_alloc(total));
+        REQUIRE(flat != nullptr);
+        for (unsigned r = 0; r < world; ++r) {
+          std::vector<tensorizer::device_part_destination> mine;
+          for (const auto& p : plan.parts[r]) mine.push_back({p, flat + plan.flat_offset[p.index] + p.begin_bytes});
+          auto got = m.load_parts_to_device(0, mine);
+          REQUIRE_MESSAGE(got, got.error().message);
+          CHECK(got->read_bytes >= plan.begin[r + 1] - plan.begin[r]);
+          CHECK(got->pinned_bytes > 0);
+        }
+        std::vector<std::byte> host(total);
+        REQUIRE(tz_test_device_read(host.data(), flat, total) == 0);
+        tz_test_device_free(flat);
+        std::uint64_t at = 0;
+        for (std::size_t i = 0; i < whole.size(); ++i) {
+          const auto want = whole.data(i);
+          CHECK(std::equal(want.begin(), want.end(), host.begin() + static_cast<std::ptrdiff_t>(at)));
+          at += want.size();
+        }
+        CHECK(at == total);
+      }
+    }
+  }
+
   TEST_CASE("a device load of a corrupted tensor fails verification naming it") {
     tensorizer::options o;
     o.verify = true;

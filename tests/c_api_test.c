@@ -3,7 +3,8 @@
  * some / one, caller memory, verify with a corrupted file, keys and passphrases, progress, error codes
  * and messages, and what a device load refuses (an unknown tensor, a device that is not there).
  * `device`: loads onto cuda:0 (whole, filtered, encrypted and verified, a sharded checkpoint) read
- * back through tests/device_access.h and compared value by value; exit 77 (skipped) without a GPU.
+ * back through tests/device_access.h and compared value by value, and a rank's share through
+ * tz_model_load_parts_to_device; exit 77 (skipped) without a GPU.
  * Compiled as C11 with -Wpedantic -Werror: a C++ type or header in tensorizer.h fails the build. */
 #ifdef __cplusplus
 #error "c_api_test must be compiled as C"
@@ -275,6 +276,37 @@ static void test_device_loads(void) {
   tz_options_free(o);
 }
 
+/* Device mode: rank 1's share of a partition in 2, loaded with tz_model_load_parts_to_device into
+ * device memory this program owns, holds the same bytes as tz_model_load_parts gives on the host. */
+static void test_device_parts(void) {
+  tz_model* m = NULL;
+  tz_tensor_part parts[16];
+  uint64_t at[16];
+  void* host_bufs[16];
+  void* device_bufs[16];
+  size_t n = 0, i;
+  uint64_t begin = 0, end = 0, total = 0, read = 0, pinned = 0;
+  unsigned char *flat = NULL, *back = NULL, *dev = NULL;
+  CHECK(tz_model_open(path("plain.tensors"), NULL, &m) == TZ_OK);
+  CHECK(tz_model_plan_partition(m, 2, 1, 0, parts, at, 16, &n, &begin, &end, &total) == TZ_OK && n > 0);
+  flat = calloc(total, 1);
+  back = calloc(total, 1);
+  dev = tz_test_device_alloc(total);
+  CHECK(flat != NULL && back != NULL && dev != NULL);
+  if (flat && back && dev) {
+    for (i = 0; i < n; ++i) host_bufs[i] = flat + at[i], device_bufs[i] = dev + at[i];
+    CHECK(tz_model_load_parts(m, parts, host_bufs, n, NULL, NULL) == TZ_OK);
+    CHECK(tz_model_load_parts_to_device(m, 0, parts, device_bufs, n, &read, &pinned, NULL) == TZ_OK);
+    CHECK(read >= end - begin && pinned > 0);
+    CHECK(tz_test_device_read(back + begin, dev + begin, end - begin) == 0);
+    CHECK(memcmp(back + begin, flat + begin, end - begin) == 0);
+  }
+  tz_test_device_free(dev);
+  free(flat);
+  free(back);
+  tz_model_free(m);
+}
+
 /* 1 when file `p` holds `needle`. */
 static int file_contains(const char* p, const char* needle) {
   static char text[1 << 20];
@@ -337,6 +369,7 @@ int main(int argc, char** argv) {
     /* Decided before any check: without a device this mode has nothing to run. */
     if (tz_test_device_count() == 0) return printf("c_api_test device: no CUDA device: skipped (exit 77)\n"), 77;
     test_device_loads();
+    test_device_parts();
     test_trace(1);
     if (failures) return fprintf(stderr, "%d check(s) failed\n", failures), 1;
     printf("c_api_test device: all checks passed\n");

@@ -25,3 +25,21 @@ extern "C" int tz_test_device_read(void* host, const void* device, size_t size_b
   return -1;
 #endif
 }
+
+extern "C" void* tz_test_device_alloc(size_t size_bytes) {
+#if TZ_HAVE_CUDA
+  void* p = nullptr;
+  return cudaMalloc(&p, size_bytes) == cudaSuccess ? p : nullptr;
+#else
+  (void)size_bytes;
+  return nullptr;
+#endif
+}
+
+extern "C" void tz_test_device_free(void* device) {
+#if TZ_HAVE_CUDA
+  if (device) static_cast<void>(cudaFree(device));
+#else
+  (void)device;
+#endif
+}

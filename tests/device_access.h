@@ -21,6 +21,12 @@ TZ_TEST_EXPORT int tz_test_device_count(void);
  * CUDA runtime refuses (an address that is not device memory, a range past an allocation). */
 TZ_TEST_EXPORT int tz_test_device_read(void* host, const void* device, size_t size_bytes);
 
+/* Allocates size_bytes of device memory on the current device (cudaMalloc): a destination the
+ * caller owns, as a CUDA tensor's storage is. NULL when the runtime refuses. */
+TZ_TEST_EXPORT void* tz_test_device_alloc(size_t size_bytes);
+/* Frees what tz_test_device_alloc gave (NULL is fine). */
+TZ_TEST_EXPORT void tz_test_device_free(void* device);
+
 /* The same for the tensor a DLPack DLManagedTensor* describes (Python's Loaded.dlpack capsules):
  * 0 on success; -2 when it is not on a CUDA device or is not size_bytes long; -1 as above. */
 TZ_TEST_EXPORT int tz_test_dltensor_read(const void* managed_tensor, void* host, size_t size_bytes);

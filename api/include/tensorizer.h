@@ -243,6 +243,14 @@ tz_status tz_model_plan_slice(const tz_model* model, size_t index, unsigned dim,
  * NULL). Fails as tz_model_load_into, plus TZ_ERR_UNSUPPORTED with verify and a partial part. */
 tz_status tz_model_load_parts(const tz_model* model, const tz_tensor_part* parts, void* const* buffers, size_t count,
                               uint64_t* read_bytes, tz_timings* timings);
+/* The same into device memory of CUDA device `device` the caller owns: parts[i] lands at device
+ * address device_buffers[i] (valid until the call returns; work queued on it must be done). The
+ * reads go through the process's bounded ring of pinned slots, are checked and decrypted there and
+ * copied to their places; *pinned_bytes (may be NULL): that ring's size. Fails as
+ * tz_model_load_parts, plus TZ_ERR_NO_DEVICE. */
+tz_status tz_model_load_parts_to_device(const tz_model* model, int device, const tz_tensor_part* parts,
+                                        void* const* device_buffers, size_t count, uint64_t* read_bytes,
+                                        uint64_t* pinned_bytes, tz_timings* timings);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,5 @@
-// _C.plan_partition, _C.plan_slice, _C.chunk_bounds and _C.load_extents (see partial.hpp, API.md).
+// _C.plan_partition, _C.plan_slice, _C.chunk_bounds, _C.load_extents and _C.load_extents_to_device
+// (see partial.hpp, API.md).
 #include "partial.hpp"
 
 #include "keys.hpp"
@@ -42,6 +43,19 @@ std::vector<extent_tuple> slice(pyb::handle reader, std::size_t index, unsigned 
   return out;
 }
 
+// What a load of extents reports, host or device (timings: see tz::load_timings).
+pyb::dict extent_stats(const extent_load_result& r) {
+  pyb::dict t;
+  t["open_s"] = r.timings.open_s, t["prepare_s"] = r.timings.prepare_s, t["transfer_s"] = r.timings.transfer_s;
+  t["total_s"] = r.timings.total_s, t["read_s"] = r.timings.read_s, t["verify_s"] = r.timings.verify_s;
+  t["decrypt_s"] = r.timings.decrypt_s;
+  pyb::dict d;
+  d["read_bytes"] = r.read_bytes;
+  d["data_bytes"] = r.data_bytes;
+  d["timings"] = t;
+  return d;
+}
+
 pyb::dict load(pyb::handle reader, const std::vector<extent_tuple>& extents, pyb::buffer buffer, bool verify,
                unsigned readers, std::shared_ptr<decryption_keys> keys, std::uint64_t gap_merge_bytes,
                std::uint64_t range_bytes) {
@@ -73,15 +87,39 @@ pyb::dict load(pyb::handle reader, const std::vector<extent_tuple>& extents, pyb
       got = make_error(errc::io, l->source().name() + ": " + e.what());
     }
   }
+  return extent_stats(take(std::move(got)));
+}
+
+// The same into device memory the caller owns (a CUDA tensor's storage: its data_ptr() and size),
+// through the process's context of that device and its bounded pinned ring.
+pyb::dict load_to_device(pyb::handle reader, const std::vector<extent_tuple>& extents, int device, std::uintptr_t address,
+                         std::uint64_t size_bytes, bool verify, unsigned readers, std::shared_ptr<decryption_keys> keys,
+                         std::uint64_t gap_merge_bytes) {
+  auto [sched, l] = reader_loader(reader);
+  std::vector<device_extent> xs;
+  for (const auto& [index, begin, length, at] : extents) xs.push_back({{index, begin, length}, at});
+  device_extent_options o;
+  o.verify = verify;
+  o.readers = readers;
+  o.gap_merge_bytes = gap_merge_bytes;
+  if (keys) o.decryption = keys->decryption;
+  const device_region region{reinterpret_cast<void*>(address), size_bytes, device};
+  result<device_extent_result> got;
+  {
+    pyb::gil_scoped_release release;
+    try {
+      auto ctx = device_context::shared(device);
+      got = ctx ? load_extents_to_device(*sched, **ctx, *l, std::move(xs), region, std::move(o))
+                : result<device_extent_result>(ctx.error());
+    } catch (const std::exception& e) {
+      got = make_error(errc::io, l->source().name() + ": " + e.what());
+    }
+  }
   auto r = take(std::move(got));
-  pyb::dict t;
-  t["open_s"] = r.timings.open_s, t["prepare_s"] = r.timings.prepare_s, t["transfer_s"] = r.timings.transfer_s;
-  t["total_s"] = r.timings.total_s, t["read_s"] = r.timings.read_s, t["verify_s"] = r.timings.verify_s;
-  t["decrypt_s"] = r.timings.decrypt_s;
-  pyb::dict d;
-  d["read_bytes"] = r.read_bytes;
-  d["data_bytes"] = r.data_bytes;
-  d["timings"] = t;
+  auto d = extent_stats(r);
+  d["ring_bytes"] = r.ring_bytes;
+  d["pinned_bytes_max"] = r.pinned_bytes_max;
+  d["readers"] = r.readers;
   return d;
 }
 
@@ -100,6 +138,13 @@ void register_partial(pyb::module_& m) {
         pyb::arg("gap_merge") = std::uint64_t{64} << 10, pyb::arg("range_bytes") = 0,
         "Reads (index, begin, length, buffer_offset) stretches of tensors into `buffer` (tz::load_extents);"
         " returns read_bytes, data_bytes and timings.");
+  m.def("load_extents_to_device", &load_to_device, pyb::arg("reader"), pyb::arg("extents"), pyb::arg("device"),
+        pyb::arg("address"), pyb::arg("size"), pyb::kw_only(), pyb::arg("verify") = false, pyb::arg("readers") = 0u,
+        pyb::arg("decryption") = pyb::none(), pyb::arg("gap_merge") = std::uint64_t{64} << 10,
+        "Reads (index, begin, length, offset) stretches of tensors into device memory [address, address + size) on"
+        " CUDA device `device` through the bounded pinned ring (tz::load_extents_to_device); returns read_bytes,"
+        " data_bytes, timings, ring_bytes, pinned_bytes_max and readers. Work on the memory enqueued earlier on"
+        " other streams must have completed.");
 }
 
 }  // namespace tz::py

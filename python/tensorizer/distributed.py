@@ -240,10 +240,26 @@ def _fingerprint(entries, indices: Sequence[int]) -> int:
 # ---- partitioned loads -----------------------------------------------------------------------
 
 
-def _host_buffer(nbytes: int, pinned: bool) -> torch.Tensor:
-    if pinned:
-        return torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=True)
-    return torch.empty(max(nbytes, 1), dtype=torch.uint8)
+def _load_into(reader, extents, dest: torch.Tensor, *, verify: bool, readers: int, decryption, gap_merge: int = 64 << 10):
+    """Reads (index, begin, length, offset) stretches into the 1-D uint8 tensor `dest`: host
+    memory directly, device memory through the engine's bounded pinned ring (the device sink), so
+    a rank's share or slices never pass through a host buffer of their size. Returns the engine's
+    stats (device: with ring_bytes and pinned_bytes_max)."""
+    if dest.device.type == "cpu":
+        return _C.load_extents(reader, extents, dest.numpy(), verify=verify, readers=readers, decryption=decryption,
+                               gap_merge=gap_merge)
+    # The engine copies on streams of its own: what the caller's stream has queued on `dest` (the
+    # zero-fill of torch.zeros, say) must be done before those copies land.
+    torch.cuda.current_stream(dest.device).synchronize()
+    return _C.load_extents_to_device(reader, extents, dest.device.index, dest.data_ptr(), dest.numel(),
+                                     verify=verify, readers=readers, decryption=decryption, gap_merge=gap_merge)
+
+
+def _cuda_index(device: torch.device) -> torch.device:
+    """`device` with its index ("cuda" is the current device)."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def _global_rank(group, r: int) -> int:
@@ -267,9 +283,10 @@ def load_partitioned(
     """Loads tensors `indices` of `reader` (a ``_C.Reader``) on every rank of `process_group`,
     each rank reading only its share. Returns (entry index -> 1-D uint8 tensor of its bytes on
     `device`, stats): stats has ``read_bytes`` (this rank's source bytes, headers and cipher
-    chunks included), ``share_bytes``, ``data_bytes`` (all ranks), ``load_s`` (reading the share
-    and placing it in the fan-out's buffer on `device`), ``status_s`` (the status exchange),
-    ``fanout_s`` (the collectives that move the data).
+    chunks included), ``share_bytes``, ``data_bytes`` (all ranks), ``pinned_bytes`` (the pinned
+    ring a CUDA load read through: bounded whatever the share; 0 on the host), ``load_s`` (reading
+    the share into its place in the fan-out's buffer on `device`), ``status_s`` (the status
+    exchange), ``fanout_s`` (the collectives that move the data).
 
     Every rank must call it with the same checkpoint and indices. A rank whose read fails makes
     every rank raise DistributedLoadError naming it and its cause; a rank that dies makes the
@@ -277,13 +294,13 @@ def load_partitioned(
     slices, say); it takes part in the status exchange with that error instead of loading."""
     group = process_group if process_group is not None else dist.group.WORLD
     rank, world = dist.get_rank(group), dist.get_world_size(group)
-    device = torch.device(device)
+    device = _cuda_index(torch.device(device))
     if fanout not in ("broadcast", "all_gather"):
         raise ValueError(f"fanout: 'broadcast' or 'all_gather', not {fanout!r}")
     indices = sorted(indices)
     error = prior_error
-    stats: Dict[str, float] = {"read_bytes": 0, "share_bytes": 0, "data_bytes": 0, "load_s": 0.0, "status_s": 0.0,
-                               "fanout_s": 0.0}
+    stats: Dict[str, float] = {"read_bytes": 0, "share_bytes": 0, "data_bytes": 0, "pinned_bytes": 0, "load_s": 0.0,
+                               "status_s": 0.0, "fanout_s": 0.0}
     t0 = time.perf_counter()
     share = _Share(begin=[0] * (world + 1))
     if error is None and indices:  # else failed already, or nothing to partition
@@ -337,30 +354,22 @@ def _read_share(reader, indices: List[int], rank: int, world: int, device: torch
     )
     s = _Share(begin=plan["begin"], flat_of=dict(zip(plan["tensors"], plan["flat_offset"])))
     lo, hi, total = s.begin[rank], s.begin[rank + 1], s.begin[world]
-    if device.type == "cpu" and fanout == "broadcast":
-        # Host memory: the share lands in its place in the flat buffer, no staging copy.
-        s.flat = torch.empty(max(total, 1), dtype=torch.uint8)
-        share = s.flat[lo : max(hi, lo + 1)]
-    else:
-        share = _host_buffer(hi - lo, device.type == "cuda")
-    extents = [(i, b, n, s.flat_of[i] + b - lo) for i, b, n in plan["parts"][rank]]
-    got = _C.load_extents(reader, extents, share.numpy(), verify=verify, readers=readers, decryption=decryption)
-    stats["read_bytes"] = got["read_bytes"]
-    stats["share_bytes"] = hi - lo
-    stats["data_bytes"] = total
+    # The share lands in its place in the fan-out's buffer on `device`, read there by the engine
+    # (device memory: through its pinned ring), with no staging buffer and no copy.
     if fanout == "broadcast":
-        if s.flat is None:
-            s.flat = torch.empty(max(total, 1), dtype=torch.uint8, device=device)
-            if hi > lo:
-                s.flat[lo:hi].copy_(share[: hi - lo], non_blocking=True)
+        s.flat = torch.empty(max(total, 1), dtype=torch.uint8, device=device)
+        dest, at = s.flat, 0
     else:  # one all-gather of equal (padded) per-rank buffers
         s.most = max(1, max(s.begin[r + 1] - s.begin[r] for r in range(world)))
         s.mine = torch.zeros(s.most, dtype=torch.uint8, device=device)
-        if hi > lo:
-            s.mine[: hi - lo].copy_(share[: hi - lo], non_blocking=True)
         s.gathered = torch.empty(world * s.most, dtype=torch.uint8, device=device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        dest, at = s.mine, lo
+    extents = [(i, b, n, s.flat_of[i] + b - at) for i, b, n in plan["parts"][rank]]
+    got = _load_into(reader, extents, dest, verify=verify, readers=readers, decryption=decryption)
+    stats["read_bytes"] = got["read_bytes"]
+    stats["share_bytes"] = hi - lo
+    stats["data_bytes"] = total
+    stats["pinned_bytes"] = got.get("ring_bytes", 0)
     return s
 
 
@@ -413,8 +422,9 @@ def load_slices(
 ) -> Tuple[Dict[int, Tuple[torch.Tensor, Tuple[int, ...]]], Dict[str, float]]:
     """Reads each requested slice of `reader`'s tensors (entry index -> Slice) in one engine call.
     Returns (entry index -> (1-D uint8 tensor of the slice's dense bytes on `device`, its shape)),
-    stats (``read_bytes``, ``data_bytes``, ``load_s``)."""
-    device = torch.device(device)
+    stats (``read_bytes``, ``data_bytes``, ``pinned_bytes``, ``load_s``). On a CUDA device the
+    slices land in device memory through the engine's bounded pinned ring."""
+    device = _cuda_index(torch.device(device))
     entries = reader.entries
     extents = []
     layout = {}
@@ -435,14 +445,11 @@ def load_slices(
         layout[i] = (at, nbytes, tuple(shape))
         at += (nbytes + 63) // 64 * 64  # each slice 64-byte aligned, so typed views need no copy
     t0 = time.perf_counter()
-    host = _host_buffer(at, device.type == "cuda")
-    got = _C.load_extents(reader, extents, host.numpy(), verify=verify, readers=readers, decryption=decryption,
-                          gap_merge=gap_merge)
-    buf = host if device.type == "cpu" else host.to(device, non_blocking=True)
+    buf = torch.empty(max(at, 1), dtype=torch.uint8, device=device)
+    got = _load_into(reader, extents, buf, verify=verify, readers=readers, decryption=decryption, gap_merge=gap_merge)
     out = {i: (buf[a : a + n], shape) for i, (a, n, shape) in layout.items()}
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return out, {"read_bytes": got["read_bytes"], "data_bytes": got["data_bytes"], "load_s": time.perf_counter() - t0}
+    return out, {"read_bytes": got["read_bytes"], "data_bytes": got["data_bytes"],
+                 "pinned_bytes": got.get("ring_bytes", 0), "load_s": time.perf_counter() - t0}
 
 
 def typed(flat: torch.Tensor, dtype: torch.dtype, shape: Iterable[int]) -> torch.Tensor:

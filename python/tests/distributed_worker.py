@@ -63,7 +63,7 @@ def main() -> None:
                                encryption=DecryptionParams.from_key(key) if key else None,
                                process_group=dist.group.WORLD, slices=slices)
         out["tensors"] = {k: v.detach().cpu().clone() for k, v in d.items()}
-        out["stats"] = dict(d.distributed_stats)
+        out["stats"] = dict(d.distributed_stats, device=str(next(iter(d.values())).device))
     except _Done:
         pass
     except DistributedLoadError as e:

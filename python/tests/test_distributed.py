@@ -241,15 +241,34 @@ def test_a_dead_rank_fails_every_other_rank_within_the_group_timeout(plain_file,
         assert g["error_rank"] == 1 and g["error"].startswith("rank 1 did not reach"), g["error"]
 
 
+# The most pinned memory a CUDA rank may hold: the engine's largest ring (64 slots of 4 MiB, a page
+# more each), whatever the model; the share itself never passes through a host buffer.
+RING_BOUND_BYTES = 64 * ((4 << 20) + 4096)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_nccl_partitioned_load_onto_each_ranks_gpu(plain_file, tmp_path):
-    if not dist.is_nccl_available():
+@pytest.mark.parametrize("mode", ["plain", "verified", "encrypted"])
+@pytest.mark.parametrize("backend,world", [("nccl", 1), ("gloo", 2)])
+def test_cuda_partitioned_load_through_the_device_sink(plain_file, tmp_path, backend, world, mode):
+    """Each rank's share and slices land in its GPU's memory through the engine's pinned ring, and
+    fan out as CUDA tensors: NCCL at world 1; gloo with CUDA tensors at world 2 on one GPU (two
+    NCCL ranks cannot share a GPU). Bit-identical to a single-process load."""
+    if backend == "nccl" and not dist.is_nccl_available():
         pytest.skip("torch.distributed has no NCCL")
-    world = torch.cuda.device_count()
-    ref = single_load(str(plain_file))
-    results = run_world(world, tmp_path, spec=str(plain_file), slices=SLICES, backend="nccl", device="cuda:{rank}")
-    assert_identical(results, ref, world, SLICES)
-    assert_balanced(results, 4096)
+    spec, key, kw = plain_file, None, {}
+    if mode == "encrypted":
+        enc = EncryptionParams.random()
+        spec, key = tmp_path / "e.tensors", enc.key.hex()
+        write(spec, model(), enc)
+        kw = {"encryption": DecryptionParams.from_key(enc.key)}
+    ref = single_load(str(spec), **kw)
+    slices = None if mode == "verified" else SLICES  # a verified slice is refused (its own test)
+    results = run_world(world, tmp_path / "out", spec=str(spec), key=key, verify=mode == "verified", slices=slices,
+                        backend=backend, device="cuda:0")
+    assert_identical(results, ref, world, slices)
+    for g in results:
+        assert 0 < g["stats"]["pinned_bytes"] <= RING_BOUND_BYTES, g["stats"]
+        assert g["stats"]["device"].startswith("cuda"), g["stats"]
 
 
 def test_slices_without_a_group_name_their_parts(plain_file):

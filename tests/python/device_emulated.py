@@ -6,7 +6,8 @@ device memory (tests/device_access.h, exported by the emulated module, called th
 usage: device_emulated.py c|deserializer EMULATED_PACKAGE_DIR PYTHON_SOURCE_DIR TENSORIZER_CLI
 
   c             _C.Reader.load(device=0) whole, filtered, verified and encrypted, load_one(device=0),
-                and a device that is not there (RuntimeError naming cuda:1).
+                a device that is not there (RuntimeError naming cuda:1), and a partition's shares
+                through _C.load_extents_to_device into device memory the test owns.
   deserializer  TensorDeserializer(device="cuda:0"), eager and lazy, against a host load of the same
                 file. torch here has no CUDA, so the test lends it the emulation's: is_available()
                 says yes, from_dlpack() copies the capsule's device bytes into a CPU tensor, and
@@ -54,6 +55,11 @@ class Device:
         self.lib.tz_test_device_count.restype = ctypes.c_int
         self.lib.tz_test_dltensor_read.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
         self.lib.tz_test_dltensor_read.restype = ctypes.c_int
+        self.lib.tz_test_device_alloc.argtypes = (ctypes.c_size_t,)
+        self.lib.tz_test_device_alloc.restype = ctypes.c_void_p
+        self.lib.tz_test_device_free.argtypes = (ctypes.c_void_p,)
+        self.lib.tz_test_device_read.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+        self.lib.tz_test_device_read.restype = ctypes.c_int
         self.pointer = ctypes.pythonapi.PyCapsule_GetPointer
         self.pointer.restype = ctypes.c_void_p
         self.pointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
@@ -128,6 +134,41 @@ def run_c(_C, device, tool, work):
     loaded = e.load(device=0, verify=True, decryption=_C.Decryption.from_key(key))
     check_device_load(device, e, loaded, want, range(n), "encrypted, verified")
     check_trace(lambda path: r.load(device=0, trace=path), work, "_C.Reader.load(device=0, trace=...)")
+    check_device_extents(_C, device, r, "plain", {})
+    check_device_extents(_C, device, e, "encrypted", {"decryption": _C.Decryption.from_key(key)})
+
+
+def check_device_extents(_C, device, reader, label, kw):
+    """Every rank's share of a partition in 3, read by _C.load_extents_to_device into device memory
+    this test owns (as a CUDA tensor's storage), equals the same shares read into host memory."""
+    align = 2 << 20 if reader.encrypted else 4096
+    plan = _C.plan_partition(reader, 3, align=align)
+    total = plan["begin"][3]
+    flat_of = dict(zip(plan["tensors"], plan["flat_offset"]))
+    host = bytearray(total)
+    dev = device.lib.tz_test_device_alloc(total)
+    check(dev is not None, f"extents, {label}: no emulated device memory")
+    if dev is None:
+        return
+    try:
+        pinned = []
+        for r in range(3):
+            extents = [(i, b, n, flat_of[i] + b) for i, b, n in plan["parts"][r]]
+            _C.load_extents(reader, extents, host, **kw)
+            got = _C.load_extents_to_device(reader, extents, 0, dev, total, **kw)
+            pinned.append(got["pinned_bytes_max"] <= got["ring_bytes"] and got["data_bytes"] == plan["begin"][r + 1] - plan["begin"][r])
+        back = ctypes.create_string_buffer(total)
+        check(device.lib.tz_test_device_read(back, dev, total) == 0, f"extents, {label}: reading the device back")
+        check(all(pinned), f"extents, {label}: a share's pinned bytes or data bytes are off")
+        check(back.raw[:total] == bytes(host), f"extents, {label}: the device shares differ from the host shares")
+        try:
+            _C.load_extents_to_device(reader, [(0, 0, 16, total)], 0, dev, total, **kw)
+            check(False, f"extents, {label}: an extent past the region was accepted")
+        except Exception as why:  # noqa: BLE001 - _C's own type unless set_error_types mapped it
+            check("device region" in str(why), f"extents, {label}: the error does not name the region: {why}")
+        print(f"_C.load_extents_to_device, {label}: 3 shares of {total} bytes equal the host's")
+    finally:
+        device.lib.tz_test_device_free(dev)
 
 
 def check_trace(load, work, label):

@@ -282,6 +282,17 @@ struct part_load_result {
   std::uint64_t read_bytes = 0;  // bytes read from the source (headers, whole cipher chunks included)
 };
 
+// Device memory the caller owns for load_parts_to_device: the part lands at `device_address`
+// (a device address, never dereferenced on the host), exactly length_bytes long.
+struct device_part_destination {
+  tensor_part part;
+  void* device_address = nullptr;
+};
+
+struct device_part_load_result : part_load_result {
+  std::uint64_t pinned_bytes = 0;  // the pinned ring the load read through (bounded, whatever the parts)
+};
+
 // [begin, end) along a dimension of `size` of part k of n, as torch.chunk(x, n)[k] cuts it.
 std::pair<std::uint64_t, std::uint64_t> chunk_bounds(std::uint64_t size, std::uint64_t parts, std::uint64_t k) noexcept;
 
@@ -348,6 +359,11 @@ class model {
   // decrypted). Fails as load_into, plus errc::unsupported with options::verify and a part that is
   // not a whole tensor (a stored hash covers the whole tensor).
   result<part_load_result> load_parts(const std::vector<part_destination>& dst) const;
+  // The same into device memory of CUDA device `device` that the caller owns (valid until the call
+  // returns; work queued on it must be done): the reads land in the process's bounded ring of
+  // pinned slots, are checked and decrypted there, and are copied to their places, so a share
+  // takes no pinned memory of its size. Fails as load_parts, plus errc::no_device.
+  result<device_part_load_result> load_parts_to_device(int device, const std::vector<device_part_destination>& dst) const;
 
   struct impl;
 
