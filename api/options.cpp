@@ -5,6 +5,8 @@
 #include "tz/crypto/sodium.hpp"
 #include "tz/engine/load_trace.hpp"
 
+#include <algorithm>
+#include <iterator>
 #include <stdexcept>
 
 namespace tensorizer {
@@ -65,37 +67,32 @@ std::shared_ptr<tz::scheduler> scheduler_for(unsigned threads) {
 }
 
 tz::result<tz::remote_options> remote_options_from(const options& o) {
-  tz::remote_options r;
+  tz::remote_settings r;
+  // Errors name the field as the embedder sets it: options.connections, options.connect_timeout_s.
+  r.spell = [](std::string_view keyword) {
+    const bool time = std::find(std::begin(tz::time_limit_names), std::end(tz::time_limit_names), keyword) !=
+                      std::end(tz::time_limit_names);
+    return "options." + std::string(keyword) + (time ? "_s" : "");
+  };
   const std::pair<const char*, const std::optional<double>*> limits[] = {
       {"connect_timeout", &o.connect_timeout_s}, {"first_byte_timeout", &o.first_byte_timeout_s},
       {"stall_timeout", &o.stall_timeout_s},     {"give_up_after", &o.give_up_after_s},
       {"deadline", &o.deadline_s}};
   for (const auto& [name, value] : limits)
-    if (*value) TZ_CHECK(tz::set_time_limit(r, name, **value));
-  r.http.ca_file = o.ca_file;
-  r.http.verify_peer = o.verify_tls;
-  if (o.connections > 256)
-    return tz::make_error(tz::errc::invalid_argument,
-                          "options.connections expects 1..256 (0: default), got " + std::to_string(o.connections));
-  if (o.connections != 0) {
-    r.http.connections = r.redis.connections = r.s3.upload_concurrency = o.connections;
-  }
-  r.s3.http = r.http;  // TLS, time limits and connections apply to S3 as well
-  r.s3.endpoint = o.s3_endpoint;
-  // Given by the embedder, an http:// endpoint is an explicit choice (as the CLI's --s3-endpoint).
-  r.s3.force_http = o.s3_endpoint.rfind("http://", 0) == 0;
-  r.s3.region = o.s3_region;
-  r.s3.access_key_id = o.s3_access_key_id;
-  r.s3.secret_access_key = o.s3_secret_access_key;
-  r.s3.session_token = o.s3_session_token;
-  r.s3.s3_config_path = o.s3_config_path;
-  r.s3.virtual_host_style = o.s3_virtual_host;
-  // As the CLI and Python: TENSORIZER_CACHE_DIR / _MAX_SIZE unless the options say otherwise.
-  TZ_TRY(cache, tz::cache_options_from_env());
-  r.cache = std::move(cache);
-  if (!o.cache_dir.empty()) r.cache.dir = o.cache_dir;
-  if (o.cache_max_bytes != 0) r.cache.max_bytes = o.cache_max_bytes;
-  return r;
+    if (*value) r.time_limits.emplace_back(name, **value);
+  if (!o.ca_file.empty()) r.ca_file = o.ca_file;
+  r.verify_tls = o.verify_tls;
+  r.connections = o.connections;
+  r.s3_endpoint = o.s3_endpoint;  // an http:// endpoint given by the embedder is an explicit choice
+  r.s3_region = o.s3_region;
+  r.s3_access_key_id = o.s3_access_key_id;
+  r.s3_secret_access_key = o.s3_secret_access_key;
+  r.s3_session_token = o.s3_session_token;
+  r.s3_config_path = o.s3_config_path;
+  r.s3_virtual_host = o.s3_virtual_host;
+  if (!o.cache_dir.empty()) r.cache_dir = o.cache_dir;
+  if (o.cache_max_bytes != 0) r.cache_max_bytes = o.cache_max_bytes;
+  return tz::remote_options_from(r);
 }
 
 tz::load_options load_options_from(const options& o) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes the bundle that bench/gpu_run.sh runs on a bare GPU machine (../shared/DEVICE.md: nvcc,
+# Makes the bundle that bench/gpu_run.sh runs on a bare GPU machine (docs/gpu.md#running-on-a-bare-gpu-machine: nvcc,
 # torch and Python 3.12 there; no Boost, liburing, libsodium, hiredis or ISA-L, no registry):
 # stripped binaries (CLI, benches, the GPU suites), the shared libraries that image lacks, our
 # Python package built for its interpreter, and the peers as wheels.

@@ -4,7 +4,7 @@
 # against the engine's steady state, the pinned copy limit and the peers (tensorizer 2.11.1,
 # safetensors, Run:ai streamer, fastsafetensors, torch's pinned copy) on the same file, in one run?
 #
-# Runs on a bare GPU machine from a bundle built elsewhere (../shared/DEVICE.md): --bin holds the
+# Runs on a bare GPU machine from a bundle built elsewhere (docs/gpu.md#running-on-a-bare-gpu-machine): --bin holds the
 # CLI, gpu_load_bench and c_load_bench, --ours and --peers are PYTHONPATH folders. Every timed
 # Python load runs in a fresh process after torch has made its CUDA context (so no loader pays for
 # that); each process loads `--later` more times for the later-load figure. Every loader's tensors

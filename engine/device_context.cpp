@@ -18,7 +18,7 @@ namespace {
 // pinned in place (cudaHostRegister) by the ring as it readies that slot. Pinning is a first
 // load's largest fixed cost: on an H100 host cudaHostAlloc took about 40 ms for a 64 MiB ring
 // (gpu_load_bench, "fresh ctx"), while registering an already populated 2 GiB mapping took 39 ms
-// (../shared/DEVICE.md), so the cost is in faulting and zeroing 4 KiB pages, which huge pages cut
+// (docs/gpu.md, "Running on a bare GPU machine"), so the cost is in faulting and zeroing 4 KiB pages, which huge pages cut
 // 512-fold; the 16 ms that was left for 64 MiB (46 ms for a verified load's 256 MiB) is now paid
 // slot by slot beside the load, which starts once the first slot is pinned. gpu_load_bench times it.
 class pinned_allocator final : public buffer_allocator {

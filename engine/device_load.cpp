@@ -57,7 +57,9 @@ result<std::vector<cuda::upload_ticket>> zero_meta(cuda::uploader& up, std::span
 // tensors' zero-fills are enqueued right after it. The first copies wait in get().
 class device_destination {
  public:
-  struct made {
+  // The load's device memory and what works on it: the meta tensors' fills, the device-side
+  // decryption and CRC32 when the load does them.
+  struct allocation {
     std::shared_ptr<cuda::device_buffer> buffer;
     std::vector<std::shared_ptr<cuda::upload_ticket>> fills;  // shared: a shared_future copies
     double alloc_s = 0;
@@ -66,13 +68,13 @@ class device_destination {
   };
 
   device_destination(device_context& ctx, const pipeline& p, const device_layout& layout, load_trace* trace)
-      : made_(std::async(std::launch::async, [&ctx, &p, &layout, trace] { return make(ctx, p, layout, trace); }).share()) {}
+      : allocation_(std::async(std::launch::async, [&ctx, &p, &layout, trace] { return make(ctx, p, layout, trace); }).share()) {}
 
   // Blocks until the allocation (and the fills' enqueueing) is done; its outcome. Thread-safe.
-  const result<made>& get() const { return made_.get(); }
+  const result<allocation>& get() const { return allocation_.get(); }
 
  private:
-  static result<made> make(device_context& ctx, const pipeline& p, const device_layout& layout, load_trace* trace) {
+  static result<allocation> make(device_context& ctx, const pipeline& p, const device_layout& layout, load_trace* trace) {
     cuda::uploader& up = ctx.uploader();
     const auto t0 = pipeline_clock::now();
     // A verified load's CRC32 results follow the tensors in the same allocation (layout.bytes is
@@ -81,7 +83,7 @@ class device_destination {
     if (crc_bytes > UINT64_MAX - layout.bytes)  // shapes alone (meta tensors) can make layout.bytes huge
       return make_error(errc::unsupported, p.source->name() + ": the load would need more than 2^64 device bytes");
     TZ_TRY(buffer, cuda::alloc_device(up.device(), layout.bytes + crc_bytes));
-    made out{std::make_shared<cuda::device_buffer>(std::move(buffer)), {}, seconds_of(nanoseconds_since(t0))};
+    allocation out{std::make_shared<cuda::device_buffer>(std::move(buffer)), {}, seconds_of(nanoseconds_since(t0))};
     if (trace) trace->span("allocate device memory", t0, pipeline_clock::now(), -1, 0, layout.bytes + crc_bytes);
     if (p.decrypt_on_device) {
       TZ_TRY(opener, device_opener::create(ctx, p.selected));
@@ -93,7 +95,7 @@ class device_destination {
     return out;
   }
 
-  std::shared_future<result<made>> made_;
+  std::shared_future<result<allocation>> allocation_;
 };
 
 // The device sink: room is a ring slot; delivery is one batched copy of the range's data pieces
@@ -127,8 +129,8 @@ class device_sink final : public sink {
         pieces.push_back({where.pieces[k], layout_.offsets[piece.tensor] + piece.data_begin_bytes});
     }
     if (pieces.empty()) return {};  // only headers (data-less tensors): the lease returns here
-    const auto& made = dst_.get();  // the first copies wait here for the allocation
-    if (!made) return made.error();
+    const auto& alloc = dst_.get();  // the first copies wait here for the allocation
+    if (!alloc) return alloc.error();
     // upload_callback is a std::function, which needs a copyable callable: share the lease.
     auto held = std::make_shared<lease>(std::move(where.held));
     uploads_.add();
@@ -143,16 +145,16 @@ class device_sink final : public sink {
       // The kernels that open the chunks (decryption) or take their CRC32s (verification) run
       // behind the copies, on their stream; a load does one or the other (decrypt_on_device
       // excludes verify).
-      auto* base = static_cast<std::byte*>(made->buffer->data());
+      auto* base = static_cast<std::byte*>(alloc->buffer->data());
       if (!where.sealed.empty()) {
-        TZ_TRY(opener, made->opener->opener_for(std::move(where.sealed), base, layout_.offsets));
-        return up_.upload(pieces, *made->buffer, std::move(on_done), opener);
+        TZ_TRY(opener, alloc->opener->opener_for(std::move(where.sealed), base, layout_.offsets));
+        return up_.upload(pieces, *alloc->buffer, std::move(on_done), opener);
       }
-      if (made->crc) {
-        TZ_TRY(crc, made->crc->crc_for(r, base, layout_.offsets));
-        return up_.upload(pieces, *made->buffer, std::move(on_done), crc);
+      if (alloc->crc) {
+        TZ_TRY(crc, alloc->crc->crc_for(r, base, layout_.offsets));
+        return up_.upload(pieces, *alloc->buffer, std::move(on_done), crc);
       }
-      return up_.upload(pieces, *made->buffer, std::move(on_done));
+      return up_.upload(pieces, *alloc->buffer, std::move(on_done));
     }();
     p_.counters.upload_ns += nanoseconds_since(t0);
     if (!ticket) {
@@ -292,14 +294,14 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   const auto t1 = pipeline_clock::now();
   if (options.trace) options.trace->span("prepare (select, plan)", t0, t1);
   auto ran = co_await run_pipeline(sched, p, readers);
-  const auto& made = dst.get();  // also after a failure: no fill may outlive the buffer
-  auto filled = made ? wait_all(up, made->fills) : result<void>();
+  const auto& alloc = dst.get();  // also after a failure: no fill may outlive the buffer
+  auto filled = alloc ? wait_all(up, alloc->fills) : result<void>();
   TZ_CO_CHECK(ran);
-  TZ_CO_CHECK(made);
+  TZ_CO_CHECK(alloc);
   TZ_CO_CHECK(filled);
-  if (made->opener) TZ_CO_CHECK(made->opener->check(p.source->name()));
-  if (made->crc) TZ_CO_CHECK(made->crc->check(p));
-  t.alloc_s = made->alloc_s;
+  if (alloc->opener) TZ_CO_CHECK(alloc->opener->check(p.source->name()));
+  if (alloc->crc) TZ_CO_CHECK(alloc->crc->check(p));
+  t.alloc_s = alloc->alloc_s;
   t.transfer_s = seconds_of(nanoseconds_since(t1));
   t.total_s = seconds_of(nanoseconds_since(t0));
   t.open_s = opened.open_seconds();
@@ -308,7 +310,7 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
   t.decrypt_s = seconds_of(p.counters.decrypt_ns);
   t.upload_s = seconds_of(p.counters.upload_ns);
   t.wait_s = seconds_of(p.counters.wait_ns);
-  co_return device_load_access::make(p, layout, made->buffer, t, ring.get(), to.slots_out_max(), readers);
+  co_return device_load_access::make(p, layout, alloc->buffer, t, ring.get(), to.slots_out_max(), readers);
 }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop

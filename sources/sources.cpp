@@ -78,6 +78,42 @@ result<format::file_index> tensors_index(std::span<const std::byte> bytes, const
 
 }  // namespace
 
+result<remote_options> remote_options_from(const remote_settings& s) {
+  const auto spelled = [&](std::string_view keyword) { return s.spell ? s.spell(keyword) : std::string(keyword); };
+  remote_options o;
+  for (const auto& [name, seconds] : s.time_limits)
+    if (auto r = set_time_limit(o, name, seconds); !r)
+      return make_error(errc::invalid_argument, spelled(name) + ": " + r.error().message);
+  if (s.ca_file) o.http.ca_file = *s.ca_file;
+  o.http.verify_peer = s.verify_tls;
+  if (s.connections > 256)
+    return make_error(errc::invalid_argument, spelled("connections") + " expects 1..256 (0: the default), got " +
+                                                  std::to_string(s.connections));
+  if (s.connections != 0)
+    o.http.connections = o.redis.connections = o.s3.upload_concurrency = static_cast<std::size_t>(s.connections);
+  for (const auto& [name, value] : s.headers) {
+    if (name.empty() || name.find_first_of("\r\n:") != std::string::npos || value.find_first_of("\r\n") != std::string::npos)
+      return make_error(errc::invalid_argument, spelled("headers") + ": HTTP header names and values must not contain "
+                                                                     "CR/LF (or ':' in the name), got '" + name + "'");
+    o.http.headers.emplace_back(name, value);
+  }
+  o.s3.http = o.http;  // TLS, time limits, headers and connections apply to S3 as well
+  o.s3.endpoint = s.s3_endpoint;
+  o.s3.force_http = s.s3_force_http.value_or(s.s3_endpoint.rfind("http://", 0) == 0);
+  o.s3.region = s.s3_region;
+  o.s3.access_key_id = s.s3_access_key_id;
+  o.s3.secret_access_key = s.s3_secret_access_key;
+  o.s3.session_token = s.s3_session_token;
+  o.s3.s3_config_path = s.s3_config_path;
+  o.s3.use_s3_config = s.s3_use_config;
+  o.s3.virtual_host_style = s.s3_virtual_host;
+  TZ_TRY(cache, cache_options_from_env());
+  o.cache = std::move(cache);
+  if (s.cache_dir) o.cache.dir = *s.cache_dir;
+  if (s.cache_max_bytes) o.cache.max_bytes = *s.cache_max_bytes;
+  return o;
+}
+
 result<void> set_time_limit(remote_options& o, std::string_view name, double seconds) {
   struct limit {
     std::string_view name;

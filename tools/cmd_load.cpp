@@ -202,14 +202,14 @@ void print_report(const load_args& a, const loader& l, std::vector<one_run> runs
 }
 
 // The GPU's context as start_device made it, and how long that took.
-struct made_context {
+struct started_context {
   result<std::unique_ptr<device_context>> ctx;
   double seconds = 0;
 };
 
 // The GPU's context, made beside the open (both stay outside the rate): streams, completion
 // threads and the pinned ring are ready when the first load starts.
-std::future<made_context> start_device(const load_args& a, bool verify) {
+std::future<started_context> start_device(const load_args& a, bool verify) {
   return std::async(std::launch::async, [device = *a.device, streams = static_cast<int>(a.streams), a, verify] {
     const auto t0 = std::chrono::steady_clock::now();
     auto ctx = device_context::create(device, streams);
@@ -217,7 +217,7 @@ std::future<made_context> start_device(const load_args& a, bool verify) {
     shape.verify = verify;
     shape.slot_count = a.slot_count;
     if (ctx) static_cast<void>((*ctx)->reserve_ring(shape.slots(), a.slot_mib << 20));  // a failure recurs in the load
-    return made_context{std::move(ctx), seconds_since(t0)};
+    return started_context{std::move(ctx), seconds_since(t0)};
   });
 }
 
@@ -225,15 +225,15 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
   const auto t0 = std::chrono::steady_clock::now();
   setup_times setup;
   scheduler sched(a.threads);
-  std::future<made_context> pending;
+  std::future<started_context> pending;
   if (a.device) pending = start_device(a, common.verify);
   auto l = open_checkpoint(sched, a.inputs, {remote, a.direct});
   std::unique_ptr<device_context> ctx;
   if (a.device) {
-    auto made = pending.get();
-    if (!made.ctx) return cli::fail("load", made.ctx.error());
-    ctx = std::move(*made.ctx);
-    setup.context_s = made.seconds;
+    auto started = pending.get();
+    if (!started.ctx) return cli::fail("load", started.ctx.error());
+    ctx = std::move(*started.ctx);
+    setup.context_s = started.seconds;
   }
   if (!l) return cli::fail("load", l.error());
   auto which = select_names(*l, a.only);

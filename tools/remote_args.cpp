@@ -48,19 +48,24 @@ std::vector<std::string> joined(std::vector<std::string> own, const std::vector<
   return own;
 }
 
-// Applies --connect-timeout S and the other time-limit options.
-result<void> time_limits_from(const args& a, remote_options& o) {
+// "connect_timeout" -> "--connect-timeout".
+std::string option_of(std::string_view keyword) {
+  std::string option = "--" + std::string(keyword);
+  std::replace(option.begin(), option.end(), '_', '-');
+  return option;
+}
+
+// Reads --connect-timeout S and the other time-limit options (their range is checked with the rest).
+result<void> time_limits_from(const args& a, remote_settings& s) {
   for (const char* name : time_limit_names) {
-    std::string option = "--" + std::string(name);
-    std::replace(option.begin(), option.end(), '_', '-');
+    const std::string option = option_of(name);
     auto text = a.get(option);
     if (!text) continue;
     char* end = nullptr;
     const double seconds = std::strtod(text->c_str(), &end);
     if (text->empty() || end != text->c_str() + text->size())
       return make_error(errc::invalid_argument, "option " + option + " expects seconds, got '" + *text + "'");
-    if (auto r = set_time_limit(o, name, seconds); !r)
-      return make_error(errc::invalid_argument, "option " + option + ": " + r.error().message);
+    s.time_limits.emplace_back(name, seconds);
   }
   return {};
 }
@@ -71,36 +76,27 @@ std::vector<std::string> with_remote_valued(std::vector<std::string> own) { retu
 std::vector<std::string> with_remote_flags(std::vector<std::string> own) { return joined(std::move(own), remote_flag_options); }
 
 result<remote_options> remote_options_from(const args& a) {
-  remote_options o;
-  TZ_CHECK(time_limits_from(a, o));
-  TZ_TRY(cache, cache_options_from_env());
-  o.cache = std::move(cache);
-  if (auto d = a.get("--cache-dir")) o.cache.dir = *d;
+  remote_settings s;
+  s.spell = [](std::string_view keyword) { return "option " + option_of(keyword); };
+  TZ_CHECK(time_limits_from(a, s));
+  if (auto d = a.get("--cache-dir")) s.cache_dir = *d;
   if (auto m = a.get("--cache-max-size")) {
     auto bytes = parse_byte_size(*m);
     if (!bytes) return make_error(errc::invalid_argument, "option --cache-max-size: " + bytes.error().message);
-    o.cache.max_bytes = *bytes;
+    s.cache_max_bytes = *bytes;
   }
-  if (auto f = a.get("--ca-file")) o.http.ca_file = *f;
-  o.http.verify_peer = !a.has("--insecure");
+  if (auto f = a.get("--ca-file")) s.ca_file = *f;
+  s.verify_tls = !a.has("--insecure");
   if (auto n = a.get("--connections")) {
     TZ_TRY(count, to_uint("--connections", *n));
-    if (count == 0 || count > 256)
-      return make_error(errc::invalid_argument, "option --connections expects 1..256, got " + *n);
-    o.http.connections = static_cast<std::size_t>(count);
-    o.redis.connections = static_cast<std::size_t>(count);
-    o.s3.upload_concurrency = static_cast<std::size_t>(count);
+    if (count == 0) return make_error(errc::invalid_argument, "option --connections expects 1..256, got 0");
+    s.connections = count;
   }
-  o.s3.http = o.http;
-  if (auto f = a.get("--s3-config")) o.s3.s3_config_path = *f;
-  if (auto e = a.get("--s3-endpoint")) {
-    o.s3.endpoint = *e;
-    // Typed on the command line, an http:// endpoint is the user's explicit choice.
-    o.s3.force_http = e->rfind("http://", 0) == 0;
-  }
-  if (auto r = a.get("--s3-region")) o.s3.region = *r;
-  o.s3.virtual_host_style = a.has("--s3-virtual-host");
-  return o;
+  if (auto f = a.get("--s3-config")) s.s3_config_path = *f;
+  if (auto e = a.get("--s3-endpoint")) s.s3_endpoint = *e;  // typed here, an http:// endpoint is an explicit choice
+  if (auto r = a.get("--s3-region")) s.s3_region = *r;
+  s.s3_virtual_host = a.has("--s3-virtual-host");
+  return tz::remote_options_from(s);
 }
 
 }  // namespace tz::cli

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "http_client.hpp"
-#include "tz/backends/http_source.hpp"
+#include "tz/backends/net_options.hpp"
 
 #include <functional>
 #include <mutex>

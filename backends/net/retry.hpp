@@ -3,7 +3,7 @@
 #pragma once
 
 #include "tz/base/error.hpp"
-#include "tz/backends/http_source.hpp"
+#include "tz/backends/net_options.hpp"
 #include "tz/base/task.hpp"
 
 #include <chrono>

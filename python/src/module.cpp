@@ -49,14 +49,6 @@ std::optional<std::string> opt_str(const pyb::kwargs& kw, const char* name) {
   return pyb::cast<std::string>(v);
 }
 
-// The time limits in seconds (float; None = default), applied to the HTTP and Redis settings.
-void time_limits_from(const pyb::kwargs& kw, tz::remote_options& o) {
-  for (const char* name : tz::time_limit_names) {
-    if (!kw.contains(name) || pyb::object(kw[name]).is_none()) continue;
-    if (auto r = tz::set_time_limit(o, name, pyb::cast<double>(kw[name])); !r) throw pyb::value_error(r.error().message);
-  }
-}
-
 bool opt_bool(const pyb::kwargs& kw, const char* name) {
   return kw.contains(name) && !pyb::object(kw[name]).is_none() && pyb::cast<bool>(kw[name]);
 }
@@ -69,20 +61,14 @@ void raise_error(const error& e) {
   throw pyb::error_already_set();
 }
 
-// The node-local cache: TENSORIZER_CACHE_DIR / _MAX_SIZE, overridden by cache_dir ("" = off) and
-// cache_max_size (bytes, or a string such as "20G").
-void cache_options_from(const pyb::kwargs& kw, tz::cache_options& o) {
-  o = take(tz::cache_options_from_env());
-  if (auto d = opt_str(kw, "cache_dir")) o.dir = *d;
-  if (!kw.contains("cache_max_size") || pyb::object(kw["cache_max_size"]).is_none()) return;
+// cache_max_size: bytes, or a string such as "20G"; None: TENSORIZER_CACHE_MAX_SIZE.
+std::optional<std::uint64_t> cache_max_bytes_from(const pyb::kwargs& kw) {
+  if (!kw.contains("cache_max_size") || pyb::object(kw["cache_max_size"]).is_none()) return std::nullopt;
   pyb::object m = kw["cache_max_size"];
-  if (pyb::isinstance<pyb::str>(m)) {
-    o.max_bytes = take(tz::parse_byte_size(pyb::cast<std::string>(m)));
-  } else {
-    const auto n = pyb::cast<long long>(m);
-    if (n < 0) throw pyb::value_error("cache_max_size must be at least 0 (0 = half the file system)");
-    o.max_bytes = static_cast<std::uint64_t>(n);
-  }
+  if (pyb::isinstance<pyb::str>(m)) return take(tz::parse_byte_size(pyb::cast<std::string>(m)));
+  const auto n = pyb::cast<long long>(m);
+  if (n < 0) throw pyb::value_error("cache_max_size must be at least 0 (0 = half the file system)");
+  return static_cast<std::uint64_t>(n);
 }
 
 tz::remote_options remote_options_from(const pyb::kwargs& kw) {
@@ -97,41 +83,35 @@ tz::remote_options remote_options_from(const pyb::kwargs& kw) {
         std::none_of(std::begin(tz::time_limit_names), std::end(tz::time_limit_names), is))
       throw pyb::type_error("unexpected keyword argument '" + name + "'");
   }
-  tz::remote_options o;
-  time_limits_from(kw, o);
-  if (auto f = opt_str(kw, "ca_file")) o.http.ca_file = *f;
-  o.http.verify_peer = !opt_bool(kw, "insecure");
+  tz::remote_settings s;  // errors name the keyword itself
+  for (const char* name : tz::time_limit_names)
+    if (kw.contains(name) && !pyb::object(kw[name]).is_none()) s.time_limits.emplace_back(name, pyb::cast<double>(kw[name]));
+  s.ca_file = opt_str(kw, "ca_file");
+  s.verify_tls = !opt_bool(kw, "insecure");
   if (kw.contains("connections") && !pyb::object(kw["connections"]).is_none()) {
     const auto n = pyb::cast<long long>(kw["connections"]);
-    if (n < 0 || n > 256) throw pyb::value_error("connections must be 0..256 (0 = default), got " + std::to_string(n));
-    if (n > 0) {
-      o.http.connections = static_cast<std::size_t>(n);
-      o.redis.connections = static_cast<std::size_t>(n);
-      o.s3.upload_concurrency = static_cast<std::size_t>(n);
-    }
+    if (n < 0) throw pyb::value_error("connections must be 0..256 (0 = default), got " + std::to_string(n));
+    s.connections = static_cast<std::uint64_t>(n);
   }
   if (kw.contains("headers") && !pyb::object(kw["headers"]).is_none()) {
     pyb::object h = kw["headers"];
     if (pyb::isinstance<pyb::dict>(h)) h = h.attr("items")();
-    for (auto item : h) {
-      auto pair = pyb::cast<std::pair<std::string, std::string>>(item);
-      if (pair.first.find_first_of("\r\n:") != std::string::npos || pair.second.find_first_of("\r\n") != std::string::npos)
-        throw pyb::value_error("HTTP header names and values must not contain CR/LF (or ':' in the name)");
-      o.http.headers.push_back(std::move(pair));
-    }
+    for (auto item : h) s.headers.push_back(pyb::cast<std::pair<std::string, std::string>>(item));
   }
-  o.s3.http = o.http;
-  o.s3.access_key_id = opt_str(kw, "s3_access_key_id");
-  o.s3.secret_access_key = opt_str(kw, "s3_secret_access_key");
-  if (auto t = opt_str(kw, "s3_session_token")) o.s3.session_token = *t;
-  if (auto e = opt_str(kw, "s3_endpoint")) o.s3.endpoint = *e;
-  if (auto c = opt_str(kw, "s3_config_path")) o.s3.s3_config_path = *c;
-  o.s3.use_s3_config = !opt_bool(kw, "s3_no_config");
-  if (auto r = opt_str(kw, "s3_region")) o.s3.region = *r;
-  o.s3.force_http = opt_bool(kw, "force_http");
-  o.s3.virtual_host_style = opt_bool(kw, "s3_virtual_host");
-  cache_options_from(kw, o.cache);
-  return o;
+  s.s3_access_key_id = opt_str(kw, "s3_access_key_id");
+  s.s3_secret_access_key = opt_str(kw, "s3_secret_access_key");
+  s.s3_session_token = opt_str(kw, "s3_session_token").value_or("");
+  s.s3_endpoint = opt_str(kw, "s3_endpoint").value_or("");
+  s.s3_config_path = opt_str(kw, "s3_config_path").value_or("");
+  s.s3_use_config = !opt_bool(kw, "s3_no_config");
+  s.s3_region = opt_str(kw, "s3_region").value_or("");
+  s.s3_force_http = opt_bool(kw, "force_http");  // tensorizer's keyword: never implied by the endpoint
+  s.s3_virtual_host = opt_bool(kw, "s3_virtual_host");
+  s.cache_dir = opt_str(kw, "cache_dir");
+  s.cache_max_bytes = cache_max_bytes_from(kw);
+  auto o = tz::remote_options_from(s);
+  if (!o && o.error().code == errc::invalid_argument) throw pyb::value_error(o.error().message);
+  return take(std::move(o));
 }
 
 }  // namespace tz::py

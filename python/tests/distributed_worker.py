@@ -4,7 +4,7 @@ argument names with a TensorDeserializer on that group, and saves what it got (t
 the error and how long it took to arrive) to OUT/rank{R}.pt.
 
 argv[1]: JSON {"spec": str|list, "out": dir, "verify": bool, "key": hex|None, "slices": {pattern:
-[dim]|[dim, start, stop]}, "fail": None|"bad_file"|"wrong_key"|"die", "fail_rank": int,
+[dim]|[dim, start, stop]}, "fail": None|"bad_file"|"wrong_key"|"die"|"die_in_fanout", "fail_rank": int,
 "timeout_s": float, "fanout": None|"broadcast"|"all_gather" (load_partitioned directly), "backend": "gloo"|"nccl", "device": "cpu"|"cuda:{rank}"}
 """
 
@@ -42,6 +42,10 @@ def main() -> None:
         key = bytes(32)
     if failing and args["fail"] == "die":
         os._exit(3)
+    if failing and args["fail"] == "die_in_fanout":  # after the status exchange, before any data moves
+        import tensorizer.distributed as td
+
+        td._fan_out = lambda *a, **k: os._exit(3)
     slices = {p: (Slice(dim=v[0]) if len(v) == 1 else Slice(dim=v[0], start=v[1], stop=v[2]))
               for p, v in (args.get("slices") or {}).items()}
     out = {"rank": rank}

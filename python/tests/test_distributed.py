@@ -86,7 +86,7 @@ def run_world(world: int, out: Path, **args) -> list:
     results = []
     for r in range(world):
         f = out / f"rank{r}.pt"
-        if args.get("fail") == "die" and r == args.get("fail_rank", 1):
+        if str(args.get("fail")).startswith("die") and r == args.get("fail_rank", 1):
             results.append(None)
             continue
         assert f.is_file(), f"rank {r} saved nothing:\n{logs[r][-3000:]}"
@@ -239,6 +239,19 @@ def test_a_dead_rank_fails_every_other_rank_within_the_group_timeout(plain_file,
         assert g["elapsed_s"] < GROUP_TIMEOUT_S + 15, g
         # Named through the store (hosted by rank 0, alive here): the dead rank never arrived.
         assert g["error_rank"] == 1 and g["error"].startswith("rank 1 did not reach"), g["error"]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_a_rank_dying_during_the_fanout_fails_every_other_rank_in_bounded_time(plain_file, tmp_path, world):
+    """Rank 1 passes the status exchange (its share read) and dies before the data moves: the
+    others' fan-out fails, each raising DistributedLoadError within the group's timeout."""
+    results = run_world(world, tmp_path, spec=str(plain_file), fail="die_in_fanout", fail_rank=1)
+    for r, g in enumerate(results):
+        if r == 1:
+            continue
+        assert "error" in g, f"rank {r} did not fail"
+        assert "the fan-out failed" in g["error"], g["error"]
+        assert g["elapsed_s"] < GROUP_TIMEOUT_S + 15, g
 
 
 # The most pinned memory a CUDA rank may hold: the engine's largest ring (64 slots of 4 MiB, a page

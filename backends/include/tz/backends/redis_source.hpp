@@ -5,25 +5,13 @@
 #include "tz/base/byte_source.hpp"
 #include "tz/base/error.hpp"
 #include "tz/format/redis_layout.hpp"
-#include "tz/backends/http_source.hpp"
+#include "tz/backends/net_options.hpp"
 
-#include <chrono>
-#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 
 namespace tz {
-
-struct redis_options {
-  // Per attempt (0 = none), as for HTTP; retry.give_up_after and retry.deadline cut them shorter.
-  std::chrono::milliseconds connect_timeout{5'000};      // name lookup; then TCP connect
-  std::chrono::milliseconds first_byte_timeout{10'000};  // command sent -> first reply byte
-  std::chrono::milliseconds stall_timeout{10'000};       // no reply byte received (or sent) for this long
-  std::size_t connections = 4;                // blocking worker threads, one connection each
-  std::uint64_t piece_bytes = 8ull << 20;     // GETRANGE / APPEND size: large bulk replies are slow in hiredis
-  retry_options retry;
-};
 
 // Opens redis://host[:port]/prefix. The key list is built on first use: SCAN "<prefix>:*", keys
 // sorted by the integer after their last ':', STRLEN of each; size() is the end of the last key.

@@ -4,7 +4,7 @@
 
 #include "tz/base/byte_source.hpp"
 #include "tz/base/error.hpp"
-#include "tz/backends/http_source.hpp"
+#include "tz/backends/net_options.hpp"
 #include "tz/backends/sigv4.hpp"
 
 #include <functional>

@@ -10,11 +10,14 @@
 #include "tz/backends/s3.hpp"
 #include "tz/engine/scheduler.hpp"
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tz {
@@ -34,6 +37,35 @@ inline const char* const time_limit_names[] = {"connect_timeout", "first_byte_ti
 // Sets one of them; errc::invalid_argument for an unknown name or a time out of range (the
 // per-wait timeouts must be positive; give_up_after and deadline take 0 for "no limit").
 result<void> set_time_limit(remote_options& o, std::string_view name, double seconds);
+
+// The remote settings every front end takes, as plain values: the CLI's flags, the C++ facade's and
+// the C ABI's options, Python's keywords each fill this (translating only their own form), and
+// remote_options_from() checks them and makes the remote_options, once for all of them.
+struct remote_settings {
+  std::optional<std::string> ca_file;  // trust this CA bundle for https (else the system store)
+  bool verify_tls = true;
+  std::uint64_t connections = 0;  // 1..256; 0: the default (a read of >= 16 MiB is split over them)
+  std::vector<std::pair<std::string, std::string>> headers;  // extra HTTP request headers
+  std::vector<std::pair<std::string, double>> time_limits;   // (one of time_limit_names, seconds)
+  std::string s3_endpoint, s3_region, s3_config_path, s3_session_token;
+  std::optional<std::string> s3_access_key_id, s3_secret_access_key;
+  bool s3_use_config = true;  // read the s3cmd config (~/.s3cfg or s3_config_path)
+  bool s3_virtual_host = false;
+  // Plain http:// to the endpoint; unset: when the endpoint given here says http:// (an explicit
+  // choice, as typed on a command line).
+  std::optional<bool> s3_force_http;
+  // The node-local cache: TENSORIZER_CACHE_DIR / _MAX_SIZE unless set here ("" dir: off).
+  std::optional<std::string> cache_dir;
+  std::optional<std::uint64_t> cache_max_bytes;
+  // How the front end spells a setting in its errors, given the setting's keyword name
+  // ("connections", "connect_timeout"): "option --connections", "options.connections". Unset: the keyword.
+  std::function<std::string(std::string_view)> spell;
+};
+
+// Checks `s` and makes the remote options: errc::invalid_argument naming the setting as the front
+// end spells it (connections out of 1..256, an unknown or out-of-range time limit, a header with
+// CR/LF), or the environment's bad cache size.
+result<remote_options> remote_options_from(const remote_settings& s);
 
 // Has each worker of `sched` make its io_uring ring now, without waiting for it. A ring is made on
 // a worker's first file read otherwise, and a first load's header pass then makes them all at
