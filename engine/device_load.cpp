@@ -4,6 +4,7 @@
 #include "device_crc.hpp"
 #include "device_open.hpp"
 #include "pipeline.hpp"
+#include "ring_slots.hpp"
 
 #include "tz/engine/device_load.hpp"
 #include "tz/engine/host_memory.hpp"
@@ -105,21 +106,8 @@ class device_sink final : public sink {
   device_sink(pipeline& p, cuda::uploader& up, lease_ring& ring, device_destination& dst, const device_layout& layout)
       : p_(p), up_(up), ring_(ring), dst_(dst), layout_(layout) {}
 
-  task<result<lease>> reserve() override {
-    const auto t0 = pipeline_clock::now();
-    auto acquired = co_await ring_.acquire();
-    p_.counters.wait_ns += nanoseconds_since(t0);
-    note_slots_out();
-    co_return acquired;
-  }
-
-  void place(const load_range& r, landing& where) override {
-    // At the file offset modulo a page, so O_DIRECT can read straight into the slot.
-    where.whole = where.held.bytes().subspan(r.offset_bytes % page_bytes, r.length_bytes);
-    where.pieces.clear();
-    for (const plan_piece& piece : r.pieces)
-      where.pieces.push_back(where.whole.subspan(piece.offset_bytes - r.offset_bytes, piece.length_bytes));
-  }
+  task<result<lease>> reserve() override { return reserve_slot(ring_, p_, slots_out_max_); }
+  void place(const load_range& r, landing& where) override { place_in_slot(r, where); }
 
   result<void> deliver(const load_range& r, landing& where, std::int64_t index) override {
     std::vector<cuda::upload_piece> pieces;
@@ -174,14 +162,6 @@ class device_sink final : public sink {
     const auto now = pipeline_clock::now();
     trace.async_span("copy to the device", "copies", static_cast<std::uint64_t>(index), begin, now, bytes);
     if (!first_copy_done_.exchange(true)) trace.instant("first copy complete", now);
-  }
-
-  // The high-water mark of pinned use, right after a slot was acquired.
-  void note_slots_out() noexcept {
-    const std::size_t out = ring_.leased();
-    std::size_t seen = slots_out_max_.load(std::memory_order_relaxed);
-    while (out > seen && !slots_out_max_.compare_exchange_weak(seen, out, std::memory_order_relaxed)) {
-    }
   }
 
   pipeline& p_;

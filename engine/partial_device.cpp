@@ -4,6 +4,7 @@
 // holding no more pinned memory than the ring, whatever the share's size: the host buffer of the
 // whole share, and the copy out of it, are gone.
 #include "extent_sink.hpp"
+#include "ring_slots.hpp"
 
 #include "tz/engine/host_memory.hpp"
 #include "tz/engine/wait_group.hpp"
@@ -23,23 +24,8 @@ class device_extent_sink final : public extent_sink {
                      std::vector<cuda::upload_ticket>& fills, std::atomic<std::size_t>& slots_out_max)
       : extent_sink(p), pipe_(p), up_(up), ring_(ring), dst_(dst), fills_(fills), slots_out_max_(slots_out_max) {}
 
-  task<result<lease>> reserve() override {
-    const auto t0 = pipeline_clock::now();
-    auto acquired = co_await ring_.acquire();
-    pipe_.counters.wait_ns += nanoseconds_since(t0);
-    const std::size_t out = ring_.leased();
-    std::size_t seen = slots_out_max_.load(std::memory_order_relaxed);
-    while (out > seen && !slots_out_max_.compare_exchange_weak(seen, out, std::memory_order_relaxed)) {
-    }
-    co_return acquired;
-  }
-
-  void place(const load_range& r, landing& where) override {
-    where.whole = where.held.bytes().subspan(r.offset_bytes % page_bytes, r.length_bytes);
-    where.pieces.clear();
-    for (const plan_piece& piece : r.pieces)
-      where.pieces.push_back(where.whole.subspan(piece.offset_bytes - r.offset_bytes, piece.length_bytes));
-  }
+  task<result<lease>> reserve() override { return reserve_slot(ring_, pipe_, slots_out_max_); }
+  void place(const load_range& r, landing& where) override { place_in_slot(r, where); }
 
   result<void> deliver(const load_range& r, landing& where, std::int64_t) override {
     std::vector<cuda::upload_piece> pieces;
