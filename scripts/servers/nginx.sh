@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
 # Test nginx serving DIR/nginx/www over HTTP (PORT_BASE+80) and HTTPS (PORT_BASE+443, cert from ca.sh).
 # usage: nginx.sh start|stop|status DIR [PORT_BASE=18000]. start is idempotent (a running instance
-# of the same DIR is kept); exit 77 when nginx is not installed. PID file: DIR/nginx/nginx.pid.
+# of the same DIR is kept); exit 77 when nginx is not installed. PID file: DIR/nginx/master.pid (ours;
+# nginx's own nginx.pid is truncated and rewritten by nginx as it starts, so a read of it can find
+# it empty: a second start racing the first then took nginx for dead and failed to bind).
 set -euo pipefail
 cmd=${1:?usage: nginx.sh start|stop|status DIR [PORT_BASE]}; D=$(realpath -m "${2:?dir}"); BASE=${3:-18000}
 P=$D/nginx; HTTP=$((BASE + 80)); HTTPS=$((BASE + 443))
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-alive() { [[ -s $P/nginx.pid && $(cat "$P/port" 2>/dev/null) == $HTTP ]] && kill -0 "$(cat "$P/nginx.pid")" 2>/dev/null; }
+alive() { [[ -s $P/master.pid && $(cat "$P/port" 2>/dev/null) == $HTTP ]] && kill -0 "$(cat "$P/master.pid")" 2>/dev/null; }
 case $cmd in
   status) alive && echo "nginx up on 127.0.0.1:$HTTP/$HTTPS" || { echo "nginx down"; exit 1; } ;;
   stop)  # whatever instance the PID file names, on any port
-    [[ -s $P/nginx.pid ]] && kill -0 "$(cat "$P/nginx.pid")" 2>/dev/null || exit 0
-    pid=$(cat "$P/nginx.pid"); kill -TERM "$pid" 2>/dev/null || true
+    [[ -s $P/master.pid ]] && kill -0 "$(cat "$P/master.pid")" 2>/dev/null || exit 0
+    pid=$(cat "$P/master.pid"); kill -TERM "$pid" 2>/dev/null || true
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    kill -KILL "$pid" 2>/dev/null || true; rm -f "$P/nginx.pid" ;;
+    kill -KILL "$pid" 2>/dev/null || true; rm -f "$P/master.pid" "$P/nginx.pid" ;;
   start)
     [[ -x $NGINX ]] || { echo "nginx not installed" >&2; exit 77; }
     alive && exit 0
-    [[ -s $P/nginx.pid ]] && "$0" stop "$D" "$(( $(cat "$P/port" 2>/dev/null || echo $HTTP) - 80 ))"   # an instance on other ports
+    [[ -s $P/master.pid ]] && "$0" stop "$D" "$(( $(cat "$P/port" 2>/dev/null || echo $HTTP) - 80 ))"   # an instance on other ports
     "$(dirname "$0")/ca.sh" "$D"
     mkdir -p "$P"/{www,logs,tmp}
     user_line=""; [[ $(id -u) == 0 ]] && user_line="user root root;"   # test data may sit in private dirs
@@ -63,7 +65,7 @@ CONF
       "$NGINX" -e stderr -p "$P" -c nginx.conf >> "$P/logs/stdout.log" 2>&1 < /dev/null &
       # The loop below uses $npid, never the file: nginx rewrites nginx.pid itself (truncate, then
       # write), and a read in between saw an empty file, took nginx for dead and gave up.
-      npid=$!; echo $npid > "$P/nginx.pid"; echo $HTTP > "$P/port"
+      npid=$!; echo $npid > "$P/master.pid"; echo $HTTP > "$P/port"
       for _ in $(seq 1 600); do
         # The port answers, and it is ours: nginx reported no [emerg] (a failed bind is reported
         # at once while nginx retries it, and whatever holds the port would still answer).
