@@ -5,6 +5,7 @@
 #include "tensorizer.h"
 
 #include "tensorizer/tensorizer.hpp"
+#include "tz/base/error.hpp"
 
 #include <exception>
 #include <new>
@@ -41,16 +42,12 @@ template <class F>
 tz_status guarded(const char* where, F&& body) noexcept {
   try {
     return body();
-  } catch (const std::bad_alloc&) {
-    return fail(tensorizer::errc::internal, where);
-  } catch (const std::exception& e) {
+  } catch (...) {
     try {
-      return fail(tensorizer::error{tensorizer::errc::internal, std::string(where) + ": " + e.what()});
+      return fail(tensorizer::error{tensorizer::errc::internal, std::string(where) + ": " + tz::describe_exception(std::current_exception())});
     } catch (...) {
       return fail(tensorizer::errc::internal, where);
     }
-  } catch (...) {
-    return fail(tensorizer::errc::internal, where);
   }
 }
 

@@ -34,14 +34,11 @@ std::vector<std::size_t> all_indices(const model::impl& m) {
   return out;
 }
 
-// Wraps a host load's memory; positions map back to model indices through the entries' addresses
-// (loaded_tensors keeps index order and points into the model's index).
+// Wraps a host load's memory with each position's model index.
 host_tensors::impl make_host(const model::impl& m, tz::loaded_tensors loaded) {
   host_tensors::impl h{m.infos, {}, std::move(loaded), {}};
   h.timings = detail::timings_of(h.loaded.timings());
-  const auto* base = m.opened->index().tensors.data();
-  for (std::size_t i = 0; i < h.loaded.size(); ++i)
-    h.indices.push_back(static_cast<std::size_t>(&h.loaded.entry(i) - base));
+  for (std::size_t i = 0; i < h.loaded.size(); ++i) h.indices.push_back(h.loaded.index(i));
   return h;
 }
 
@@ -141,9 +138,8 @@ result<device_tensors> model::load_to_device(int device, const std::vector<std::
     static_cast<tz::load_common_options&>(o) = detail::load_options_from(p_->opts);  // the ring keeps its defaults
     auto loaded = detail::traced(p_->opts, o, [&] { return tz::load_to_device(*p_->sched, **ctx, *p_->opened, *which, o); });
     if (!loaded) return from_tz(loaded.error());
-    // Device loads keep file order, which is index order.
-    auto indices = names.empty() ? all_indices(*p_) : std::move(*which);
-    std::sort(indices.begin(), indices.end());
+    std::vector<std::size_t> indices;
+    for (std::size_t i = 0; i < loaded->size(); ++i) indices.push_back(loaded->index(i));
     const auto t = detail::timings_of(loaded->timings());
     return device_tensors(std::make_unique<device_tensors::impl>(
         device_tensors::impl{p_->infos, std::move(indices), std::move(*loaded), t}));

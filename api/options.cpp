@@ -49,16 +49,7 @@ result<decryption_key> decryption_key::from_passphrase(std::string_view passphra
 namespace detail {
 
 error from_exception(std::string_view where, std::exception_ptr e) {
-  std::string what = "unknown exception";
-  try {
-    std::rethrow_exception(std::move(e));
-  } catch (const std::bad_alloc&) {
-    what = "out of memory";
-  } catch (const std::exception& x) {
-    what = x.what();
-  } catch (...) {
-  }
-  return error{errc::internal, std::string(where) + ": " + what};
+  return error{errc::internal, std::string(where) + ": " + tz::describe_exception(std::move(e))};
 }
 
 std::shared_ptr<tz::scheduler> scheduler_for(unsigned threads) {

@@ -1,6 +1,8 @@
 // The project-wide error type (tz::base, the leaf library every other module links).
 #include "tz/base/error.hpp"
 
+#include <new>
+
 namespace tz {
 
 const char* errc_name(errc code) noexcept {
@@ -20,6 +22,22 @@ const char* errc_name(errc code) noexcept {
     case errc::cancelled: return "cancelled";
   }
   return "unknown";
+}
+
+std::string describe_exception(std::exception_ptr e) noexcept {
+  try {
+    try {
+      std::rethrow_exception(std::move(e));
+    } catch (const std::bad_alloc&) {
+      return "out of memory";
+    } catch (const std::exception& x) {
+      return x.what();
+    } catch (...) {
+      return "an unknown exception";
+    }
+  } catch (...) {  // a string that cannot be made: nothing better to say
+    return {};
+  }
 }
 
 void throw_exception_from_error(const error& e, const boost::source_location&) { throw exception(e); }

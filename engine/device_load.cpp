@@ -192,7 +192,10 @@ struct device_load_access {
                              const load_timings& timings, const lease_ring& ring, std::size_t slots_out_max,
                              unsigned readers) {
     device_tensors out;
-    for (const auto* e : p.selected) out.entries_.push_back(*e);
+    for (const auto* e : p.selected) {
+      out.entries_.push_back(*e);
+      out.indices_.push_back(static_cast<std::size_t>(e - p.index->tensors.data()));
+    }
     out.offsets_ = layout.offsets;
     out.buffer_ = std::move(buffer);
     out.timings_ = timings;

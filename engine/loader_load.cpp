@@ -196,6 +196,7 @@ task<result<loaded_tensors>> host_load::own_memory(const loader& l, scheduler& s
   out.readers_ = o.readers;  // prepare() chose it for 0
   out.headers_ = std::move(p.headers);
   out.entries_ = std::move(p.selected);
+  out.index_base_ = p.index->tensors.data();
   co_return out;
 }
 

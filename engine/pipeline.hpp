@@ -108,6 +108,9 @@ struct pipeline {
   std::vector<const format::tensor_entry*> selected;  // file order
   load_plan plan;
   std::vector<std::unique_ptr<split_state>> splits;  // per selected tensor; null unless split
+  // Split tensors whose headers the plan does not need (plain, unverified loads): read and checked
+  // by run_pipeline beside the data reads, not in a pass before them (a round trip saved remotely).
+  std::vector<std::uint32_t> deferred_headers;
   std::vector<format::tensor_header> headers;         // per selected tensor, when kept (keep_headers, crc_on_device)
 
   std::atomic<std::size_t> next_range{0};

@@ -421,6 +421,39 @@ TEST_CASE("tensors larger than a range are split, hashed part by part on any wor
   CHECK(automatic->readers() == 2 * sched.thread_count());
 }
 
+TEST_CASE("a plain load checks split tensors' headers beside the data reads, and a bad one still fails naming its tensor") {
+  const tz_test::temp_dir dir("tz-loader-test");
+  auto path = dir.file("split-plain.tensors");
+  auto bytes = make_tensors_file(path, 12, 200000);
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, std::make_shared<tz::memory_source>(bytes, "mem-split")).value();
+  tz::load_options o;
+  o.range_bytes = 64 << 10;  // every tensor split: no header is read before the data
+  o.keep_headers = true;     // the deferred checks still hand their headers over
+  for (unsigned readers : {1u, 4u, 16u}) {
+    CAPTURE(readers);
+    o.readers = readers;
+    auto r = l.load(sched, {}, o);
+    REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error().message));
+    for (std::size_t i = 0; i < 12; ++i) {
+      CHECK(tensor_matches(r->data(i), i, 200000));
+      REQUIRE(r->header(i) != nullptr);
+      CHECK(r->header(i)->name == l.index().tensors[i].name);
+    }
+  }
+  // The first letter of t7's name in its header (after size u64, module u16, type u8, length u16).
+  auto bad = bytes;
+  bad[l.index().tensors[7].header_offset + 13] ^= std::byte{0x01};
+  auto lb = tz::loader::open(sched, std::make_shared<tz::memory_source>(bad, "mem-bad-header")).value();
+  for (unsigned readers : {1u, 8u}) {
+    o.readers = readers;
+    auto r = lb.load(sched, {}, o);
+    REQUIRE_FALSE(r.has_value());
+    CHECK(r.error().code == tz::errc::format);
+    CHECK_MESSAGE(r.error().message.find("mem-bad-header") != std::string::npos, r.error().message);
+  }
+}
+
 TEST_CASE("a source that asks for more reads in flight (a remote store) gets them by default") {
   const tz_test::temp_dir dir("tz-loader-test");
   auto path = dir.file("remote.tensors");

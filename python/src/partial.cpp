@@ -83,8 +83,8 @@ pyb::dict load(pyb::handle reader, const std::vector<extent_tuple>& extents, pyb
     pyb::gil_scoped_release release;
     try {
       got = load_extents(*sched, *l, std::move(xs), std::move(o));
-    } catch (const std::exception& e) {
-      got = make_error(errc::io, l->source().name() + ": " + e.what());
+    } catch (...) {
+      got = make_error(errc::io, l->source().name() + ": " + describe_exception(std::current_exception()));
     }
   }
   return extent_stats(take(std::move(got)));
@@ -111,8 +111,8 @@ pyb::dict load_to_device(pyb::handle reader, const std::vector<extent_tuple>& ex
       auto ctx = device_context::shared(device);
       got = ctx ? load_extents_to_device(*sched, **ctx, *l, std::move(xs), region, std::move(o))
                 : result<device_extent_result>(ctx.error());
-    } catch (const std::exception& e) {
-      got = make_error(errc::io, l->source().name() + ": " + e.what());
+    } catch (...) {
+      got = make_error(errc::io, l->source().name() + ": " + describe_exception(std::current_exception()));
     }
   }
   auto r = take(std::move(got));

@@ -130,8 +130,8 @@ template <class F>
 auto guarded(const reader_handle& r, F&& call) -> decltype(call()) {
   try {
     return call();
-  } catch (const std::exception& e) {
-    return make_error(errc::io, r.name + ": " + e.what());
+  } catch (...) {
+    return make_error(errc::io, r.name + ": " + describe_exception(std::current_exception()));
   }
 }
 
@@ -180,16 +180,7 @@ std::shared_ptr<loaded_handle> load_host(reader_handle& r, std::vector<std::size
                  : r.opened->load(*r.sched, which, o);
     })));
   }
-  if (one) {
-    h->indices = which;
-  } else if (which.empty()) {
-    h->indices.resize(h->host->size());
-    for (std::size_t i = 0; i < h->indices.size(); ++i) h->indices[i] = i;
-  } else {
-    // loaded_tensors keeps index order; map each position back to its entry index.
-    const auto* base = r.opened->index().tensors.data();
-    for (std::size_t i = 0; i < h->host->size(); ++i) h->indices.push_back(static_cast<std::size_t>(&h->host->entry(i) - base));
-  }
+  for (std::size_t i = 0; i < h->host->size(); ++i) h->indices.push_back(h->host->index(i));
   return h;
 }
 
@@ -204,13 +195,7 @@ std::shared_ptr<loaded_handle> load_device(reader_handle& r, std::vector<std::si
   device_context* ctx = take(device_context::shared(device));
   h->device = std::make_shared<device_tensors>(
       take(guarded(r, [&] { return load_to_device(*r.sched, *ctx, *r.opened, which, o); })));
-  if (which.empty()) {
-    which.resize(h->device->size());
-    for (std::size_t i = 0; i < which.size(); ++i) which[i] = i;
-  } else {
-    std::sort(which.begin(), which.end());  // device loads keep file order
-  }
-  h->indices = std::move(which);
+  for (std::size_t i = 0; i < h->device->size(); ++i) h->indices.push_back(h->device->index(i));
   return h;
 }
 

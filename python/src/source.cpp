@@ -17,8 +17,8 @@ result<std::uint64_t> source_handle::size() {
     TZ_TRY(n, run(*sched, source->size()));
     size_bytes = n;
     return n;
-  } catch (const std::exception& e) {
-    return make_error(errc::io, source->name() + ": size: " + e.what());
+  } catch (...) {
+    return make_error(errc::io, source->name() + ": size: " + describe_exception(std::current_exception()));
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 #include <type_traits>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -48,6 +49,12 @@ class exception : public std::runtime_error {
  private:
   errc code_;
 };
+
+// What an exception that escaped (bad_alloc, a thread that cannot start, a broken invariant) says:
+// "out of memory", its what(), or "an unknown exception". The one translation every boundary uses
+// (the readers of the pipeline, the C++ facade, the C ABI, the Python module), each then reporting
+// it in its own form, naming where it happened.
+std::string describe_exception(std::exception_ptr e) noexcept;
 
 // Found by ADL from boost::system::result<T, error>::value().
 [[noreturn]] void throw_exception_from_error(const error& e, const boost::source_location& loc);

@@ -81,6 +81,8 @@ class device_tensors {
   std::size_t size() const noexcept { return entries_.size(); }
   // The i-th tensor of this load (file order).
   const format::tensor_entry& entry(std::size_t i) const noexcept { return entries_[i]; }
+  // Its position in the loader's index() (what a front end names it by).
+  std::size_t index(std::size_t i) const noexcept { return indices_[i]; }
   std::uint64_t device_offset(std::size_t i) const noexcept { return offsets_[i]; }
   // deserialized_bytes: what the tensor occupies on the device (zeros for meta tensors).
   std::uint64_t size_bytes(std::size_t i) const noexcept { return entries_[i].deserialized_bytes; }
@@ -109,6 +111,7 @@ class device_tensors {
  private:
   friend struct device_load_access;
   std::vector<format::tensor_entry> entries_;
+  std::vector<std::size_t> indices_;
   std::vector<std::uint64_t> offsets_;
   std::shared_ptr<cuda::device_buffer> buffer_;
   load_timings timings_;

@@ -95,6 +95,8 @@ class loaded_tensors {
   std::size_t size() const noexcept { return views_.size(); }
   // Index-order position i of this load (not the index position).
   const format::tensor_entry& entry(std::size_t i) const noexcept { return *entries_[i]; }
+  // Its position in the loader's index() (what a front end names it by).
+  std::size_t index(std::size_t i) const noexcept { return static_cast<std::size_t>(entries_[i] - index_base_); }
   // The tensor's bytes: dense C-order, deserialized_bytes long (zeros for meta tensors).
   std::span<const std::byte> data(std::size_t i) const noexcept { return views_[i]; }
   // The loaded tensor with this display name, if it was loaded.
@@ -115,6 +117,7 @@ class loaded_tensors {
  private:
   friend struct host_load;
   std::vector<const format::tensor_entry*> entries_;
+  const format::tensor_entry* index_base_ = nullptr;  // the loader's index().tensors.data()
   std::vector<std::span<const std::byte>> views_;
   std::vector<format::tensor_header> headers_;
   host_buffer memory_;
