@@ -84,13 +84,19 @@ result<std::unique_ptr<device_context>> device_context::create(int device, int s
   return std::unique_ptr<device_context>(new device_context(std::move(up)));
 }
 
-result<device_context*> device_context::shared(int device) {
+result<device_context*> device_context::shared(int device, int stream_count) {
   // Leaked on purpose (see the header): a heap map that no static destructor tears down.
   static auto* const mutex = new std::mutex;
   static auto* const contexts = new std::map<int, result<device_context*>>;
   std::lock_guard lock(*mutex);
-  if (auto it = contexts->find(device); it != contexts->end()) return it->second;
-  auto made = create(device);
+  if (auto it = contexts->find(device); it != contexts->end()) {
+    if (it->second && (*it->second)->uploader().stream_count() != stream_count)
+      return make_error(errc::invalid_argument, "the context of cuda:" + std::to_string(device) + " was made with " +
+                                                    std::to_string((*it->second)->uploader().stream_count()) +
+                                                    " streams; " + std::to_string(stream_count) + " asked for");
+    return it->second;
+  }
+  auto made = create(device, stream_count);
   result<device_context*> entry = made ? result<device_context*>(made->release()) : result<device_context*>(made.error());
   // A context that could not be made is not remembered when the device exists (a transient
   // failure may pass); "no such device" and "no GPU" stay the answer for this process.

@@ -201,18 +201,19 @@ void print_report(const load_args& a, const loader& l, std::vector<one_run> runs
   cli::print_load_report(rep, a.json);
 }
 
-// The GPU's context as start_device made it, and how long that took.
+// The GPU's context as start_device found it, and how long that took.
 struct started_context {
-  result<std::unique_ptr<device_context>> ctx;
+  result<device_context*> ctx;
   double seconds = 0;
 };
 
-// The GPU's context, made beside the open (both stay outside the rate): streams, completion
-// threads and the pinned ring are ready when the first load starts.
+// The GPU's context (the process's shared one, as every front end uses), made beside the open
+// (both stay outside the rate): streams, completion threads and the pinned ring are ready when
+// the first load starts.
 std::future<started_context> start_device(const load_args& a, bool verify) {
   return std::async(std::launch::async, [device = *a.device, streams = static_cast<int>(a.streams), a, verify] {
     const auto t0 = std::chrono::steady_clock::now();
-    auto ctx = device_context::create(device, streams);
+    auto ctx = device_context::shared(device, streams);
     device_load_options shape;
     shape.verify = verify;
     shape.slot_count = a.slot_count;
@@ -228,11 +229,11 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
   std::future<started_context> pending;
   if (a.device) pending = start_device(a, common.verify);
   auto l = open_checkpoint(sched, a.inputs, {remote, a.direct});
-  std::unique_ptr<device_context> ctx;
+  device_context* ctx = nullptr;
   if (a.device) {
     auto started = pending.get();
     if (!started.ctx) return cli::fail("load", started.ctx.error());
-    ctx = std::move(*started.ctx);
+    ctx = *started.ctx;
     setup.context_s = started.seconds;
   }
   if (!l) return cli::fail("load", l.error());
@@ -245,7 +246,7 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
   for (unsigned k = 0; k < a.repeat; ++k) {
     auto options = common;
     if (k == 0 && !a.trace.empty()) options.trace = std::make_shared<load_trace>();
-    auto r = load_once(sched, *l, a, *which, ctx.get(), options);
+    auto r = load_once(sched, *l, a, *which, ctx, options);
     if (tty) std::fputc('\n', stderr);
     if (!r) return cli::fail("load", r.error());
     if (options.trace) {

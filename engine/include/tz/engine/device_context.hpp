@@ -70,12 +70,18 @@ class device_context {
   static result<std::unique_ptr<device_context>> create(int device,
                                                         int stream_count = cuda::uploader::default_stream_count);
 
-  // The context of `device` shared by every load of this process (the C++ facade, the C ABI and
-  // the Python module use it), made by the first call with the default stream count; thread-safe.
-  // It is never destroyed: tearing CUDA down from a static destructor can run after the runtime's
-  // own teardown, and an idle context holds only sleeping threads, pinned memory and streams, which
-  // the process's exit releases. Fails as create() does (and keeps failing for that device).
-  static result<device_context*> shared(int device);
+  // The context of `device` shared by every load of this process: the one policy of every front
+  // end (the CLI, the C++ facade, the C ABI, the Python module). Why one per device per process:
+  // its streams, completion threads and pinned rings cost more than a load's own work (pinning a
+  // first ring took 16-46 ms on an H100 host; Python loading per call reached 0.92x of the steady
+  // state with a context per load, 1.00x with this one, run 6), and every later load, of any model,
+  // reuses them. Made by the first call, with `stream_count` streams; a later call asking for
+  // another count fails with errc::invalid_argument rather than silently getting the first's.
+  // Thread-safe. It is never destroyed: tearing CUDA down from a static destructor can run after
+  // the runtime's own teardown, and an idle context holds only sleeping threads, pinned memory and
+  // streams, which the process's exit releases. Fails as create() does (and keeps failing for that
+  // device).
+  static result<device_context*> shared(int device, int stream_count = cuda::uploader::default_stream_count);
 
   // shared(device), then a ring of the default shape for a plain (verify false) or verified load
   // reserved in it: everything a first load on that device would otherwise make itself. For
