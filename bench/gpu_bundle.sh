@@ -40,7 +40,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d "$out/whl" tensorizer==2.11.1 runai-model-streamer fastsafetensors boto3 \
   botocore s3transfer jmespath redis hiredis libnacl 2>&1 | { grep -v "^WARNING: Location" || true; }
-cp bench/gpu_table.py bench/bench_json.py bench/gpu_run.sh bench/python_load_phases.py "$out/"
+cp bench/gpu_table.py bench/bench_json.py bench/gpu_run.sh bench/python_load_phases.py bench/distributed_bench.py "$out/"
 # The Python CUDA tests (test_cuda.py and the helpers it imports), run there against our package.
 mkdir -p "$out/pytests" && cp python/tests/*.py "$out/pytests/"
 du -sh "$out"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs on a bare GPU machine from a bundle made by bench/gpu_bundle.sh: the GPU suites (from a
-# directory outside any build tree) and test_cuda.py, then bench/gpu_table.py and
-# bench/python_load_phases.py (plain and verified loads). Every output goes under OUT.
+# directory outside any build tree), test_cuda.py and the CUDA cases of test_distributed.py (NCCL at
+# world 1, gloo with CUDA tensors at world 2 on one GPU), then bench/gpu_table.py,
+# bench/python_load_phases.py (plain and verified loads) and bench/distributed_bench.py on the GPU
+# (per-rank share rate beside a single load, pinned memory per rank). Every output goes under OUT.
 # Usage: gpu_run.sh BUNDLE OUT [gpu_table.py options...]
 set -uo pipefail
 bundle=$(cd "$1" && pwd)
@@ -23,6 +25,10 @@ done
 PYTHONPATH=$bundle/ours LD_LIBRARY_PATH=/tmp/pylib timeout 100 python3 -m pytest "$bundle/pytests/test_cuda.py" -q \
   -p no:cacheprovider -rs >"$out/pytest_cuda.log" 2>&1
 echo "test_cuda.py: exit $? ($(tail -1 "$out/pytest_cuda.log"))"
+# Shares and slices through the device sink, fanned out as CUDA tensors (issue 33 §2).
+PYTHONPATH=$bundle/ours LD_LIBRARY_PATH=/tmp/pylib timeout 240 python3 -m pytest "$bundle/pytests/test_distributed.py" -q \
+  -p no:cacheprovider -rs -k cuda >"$out/pytest_distributed_cuda.log" 2>&1
+echo "test_distributed.py -k cuda: exit $? ($(tail -1 "$out/pytest_distributed_cuda.log"))"
 LD_LIBRARY_PATH=/tmp/pylib timeout 500 python3 "$bundle/gpu_table.py" --bin "$bundle/bin" --lib "$bundle/lib" --ours "$bundle/ours" \
   --peers /tmp/peers --json "$out/gpu_table.json" "$@" 2>&1 | tee "$out/gpu_table.txt"
 # Where Python's first and later loads spend their time (bench/python_load_phases.py).
@@ -32,3 +38,10 @@ PYTHONPATH=$bundle/ours LD_LIBRARY_PATH=/tmp/pylib timeout 120 python3 "$bundle/
 PYTHONPATH=$bundle/ours LD_LIBRARY_PATH=/tmp/pylib timeout 120 python3 "$bundle/python_load_phases.py" --verify --procs 2 \
   --loads 3 --cli "$bundle/bin/tensorizer" --lib "$bundle/lib" --json "$out/python_phases_verified.json" 2>&1 \
   | tee "$out/python_phases_verified.txt"
+# Partitioned loads onto the GPU: NCCL at world 1, gloo with CUDA tensors at worlds 1 and 2.
+for backend in nccl gloo; do
+  worlds=1; [[ $backend == gloo ]] && worlds=1,2
+  PYTHONPATH=$bundle/ours LD_LIBRARY_PATH=/tmp/pylib timeout 150 python3 "$bundle/distributed_bench.py" --device cuda \
+    --backend $backend --worlds $worlds --size-mib 512 --repeat 3 --json "$out/distributed_$backend.json" 2>&1 \
+    | tee "$out/distributed_$backend.txt"
+done
