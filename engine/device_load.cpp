@@ -4,7 +4,7 @@
 #include "device_crc.hpp"
 #include "device_open.hpp"
 #include "pipeline.hpp"
-#include "ring_slots.hpp"
+#include "device_sinks.hpp"
 
 #include "tz/engine/device_load.hpp"
 #include "tz/engine/host_memory.hpp"
@@ -173,16 +173,6 @@ class device_sink final : public sink {
   std::atomic<std::size_t> slots_out_max_{0};
   std::atomic<bool> first_copy_done_{false};
 };
-
-// Waits for every ticket (all of them, also after a failure: none may be left in flight).
-result<void> wait_all(cuda::uploader& up, const std::vector<std::shared_ptr<cuda::upload_ticket>>& tickets) {
-  result<void> first;
-  for (const auto& t : tickets) {
-    auto ok = up.wait(*t);
-    if (!ok && first) first = ok;
-  }
-  return first;
-}
 
 }  // namespace
 

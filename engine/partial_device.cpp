@@ -4,7 +4,7 @@
 // holding no more pinned memory than the ring, whatever the share's size: the host buffer of the
 // whole share, and the copy out of it, are gone.
 #include "extent_sink.hpp"
-#include "ring_slots.hpp"
+#include "device_sinks.hpp"
 
 #include "tz/engine/host_memory.hpp"
 #include "tz/engine/wait_group.hpp"
@@ -93,15 +93,6 @@ result<std::vector<tensor_extent>> place_in_region(const loader& l, const std::v
   return out;
 }
 
-// Waits for every zero-fill (all of them, also after a failure: none may outlive the load).
-result<void> wait_fills(cuda::uploader& up, const std::vector<cuda::upload_ticket>& fills) {
-  result<void> first;
-  for (const auto& t : fills) {
-    auto ok = up.wait(t);
-    if (!ok && first) first = ok;
-  }
-  return first;
-}
 
 }  // namespace
 
@@ -137,7 +128,7 @@ task<result<device_extent_result>> async_load_extents_to_device(scheduler& sched
     return std::make_unique<device_extent_sink>(p, up, slots, dst, fills, slots_out_max);
   };
   auto ran = co_await run_extents(sched, l, std::move(places), std::move(o), make, limits);
-  auto filled = wait_fills(up, fills);
+  auto filled = wait_all(up, fills);  // also after a failure: no fill may outlive the load
   TZ_CO_CHECK(ran);
   TZ_CO_CHECK(filled);
   device_extent_result out;

@@ -223,7 +223,7 @@ task<result<void>> prepare_plan(scheduler& sched, pipeline& p, plan_options popt
   TZ_CO_TRY(plan, make_plan(p.selected, align, popts));
   p.plan = std::move(plan);
   if (auto* trace = p.options->trace.get()) {
-    trace->span("read the split tensors' headers", t0, t1);
+    if (p.deferred_headers.empty()) trace->span("read the split tensors' headers", t0, t1);  // else beside the data
     trace->span("plan the ranges", t1, pipeline_clock::now());
   }
   size_split_parts(p);

@@ -1,14 +1,16 @@
-// Private to engine/: what the device sinks (device_load.cpp, partial_device.cpp) do with the pinned
-// ring: take a slot for a range, counting the wait and the most slots out at once, and lay the
-// range out in it.
+// Private to engine/: what the two device sinks (device_load.cpp, partial_device.cpp) share: taking
+// a slot of the pinned ring for a range (counting the wait and the most slots out at once), laying
+// the range out in it, and waiting for their zero-fills.
 #pragma once
 
 #include "pipeline.hpp"
 
+#include "tz/cuda/cuda.hpp"
 #include "tz/engine/host_memory.hpp"
 
 #include <atomic>
 #include <cstddef>
+#include <memory>
 
 namespace tz {
 
@@ -31,6 +33,21 @@ inline void place_in_slot(const load_range& r, landing& where) {
   where.pieces.clear();
   for (const plan_piece& piece : r.pieces)
     where.pieces.push_back(where.whole.subspan(piece.offset_bytes - r.offset_bytes, piece.length_bytes));
+}
+
+inline const cuda::upload_ticket& ticket_of(const cuda::upload_ticket& t) { return t; }
+inline const cuda::upload_ticket& ticket_of(const std::shared_ptr<cuda::upload_ticket>& t) { return *t; }
+
+// Waits for every ticket (all of them, also after a failure: none may be left in flight); the first
+// error.
+template <class Tickets>
+result<void> wait_all(cuda::uploader& up, const Tickets& tickets) {
+  result<void> first;
+  for (const auto& t : tickets) {
+    auto ok = up.wait(ticket_of(t));
+    if (!ok && first) first = ok;
+  }
+  return first;
 }
 
 }  // namespace tz
