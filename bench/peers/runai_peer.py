@@ -28,11 +28,19 @@ def main():
     ap.add_argument("--concurrency", type=int, help="RUNAI_STREAMER_OBJ_CONCURRENCY (default: the streamer's)")
     ap.add_argument("--range-mib", type=int, default=16, help="bytes per requested range, MiB (default 16)")
     ap.add_argument("--digest", action="store_true", help="also print the SHA-256 of the bytes received")
+    ap.add_argument("--pretouch", type=int, default=0,
+                    help="bytes to touch and free after the imports (bench/cloud_bench.py pyload says why)")
     args = ap.parse_args()
     if args.concurrency:
         os.environ["RUNAI_STREAMER_OBJ_CONCURRENCY"] = str(args.concurrency)
     from runai_model_streamer import FileChunks, FileStreamer  # imports torch: before the clock starts
 
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from python_load_worker import pretouch  # bench/: stdlib only
+
+    t_touch = time.perf_counter()
+    pretouch(args.pretouch)
+    print(f"PRETOUCH {time.perf_counter() - t_touch:.6f}", flush=True)
     step = args.range_mib << 20
     sizes = [min(step, args.size - a) for a in range(0, args.size, step)]
     parts = [None] * len(sizes)
