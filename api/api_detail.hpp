@@ -81,6 +81,9 @@ tz::result<tz::remote_options> remote_options_from(const options& o);
 // The settings of one load (readers, verify, decryption, a progress adapter that never throws and
 // goes quiet for the rest of that load once the callback threw). Call once per load.
 tz::load_options load_options_from(const options& o);
+// Hands the tensors of a load of `m` to m.opts.on_tensor as they land (when set): fills `l`'s
+// on_tensor_ready. `device`: -1 for host loads.
+void hand_over_tensors(tz::load_common_options& l, const model::impl& m, int device);
 // Runs one load with `l` (made by load_options_from) and, when o.trace_file is set, writes the
 // timeline `l` recorded there, also after a failed load. A failure to write fails a load that
 // succeeded.

@@ -158,4 +158,21 @@ tz_status tz_options_set_progress(tz_options* options, tz_progress_fn fn, void* 
   });
 }
 
+tz_status tz_options_set_on_tensor(tz_options* options, tz_tensor_fn fn, int in_file_order, void* user) {
+  TZ_C_REQUIRE(options, "tz_options_set_on_tensor");
+  return guarded("tz_options_set_on_tensor", [&] {
+    options->o.on_tensor_in_file_order = in_file_order != 0;
+    if (!fn) {
+      options->o.on_tensor = nullptr;
+      return TZ_OK;
+    }
+    options->o.on_tensor = [fn, user](const tensorizer::ready_tensor& r) {
+      const tz_ready_tensor t{r.index,  r.position, r.info->name.c_str(), r.host.data(), r.device_data, r.device,
+                              r.info->size_bytes, r.seconds};
+      fn(&t, user);
+    };
+    return TZ_OK;
+  });
+}
+
 }  // extern "C"

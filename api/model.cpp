@@ -85,7 +85,8 @@ result<host_tensors> model::load(const std::vector<std::string>& names) const {
     auto which = resolve(*p_, names);
     if (!which) return which.error();
     auto l = *p_->opened;  // a copy shares the index and source; loads on copies run concurrently
-    const auto o = detail::load_options_from(p_->opts);
+    auto o = detail::load_options_from(p_->opts);
+    detail::hand_over_tensors(o, *p_, -1);
     return detail::traced(p_->opts, o, [&]() -> result<host_tensors> {
       auto loaded = l.load(*p_->sched, std::move(*which), o);
       if (!loaded) return from_tz(loaded.error());
@@ -99,7 +100,8 @@ result<host_tensors> model::load_one(std::string_view name) const {
     auto which = resolve(*p_, {std::string(name)});
     if (!which) return which.error();
     auto l = *p_->opened;
-    const auto o = detail::load_options_from(p_->opts);
+    auto o = detail::load_options_from(p_->opts);
+    detail::hand_over_tensors(o, *p_, -1);
     return detail::traced(p_->opts, o, [&]() -> result<host_tensors> {
       auto loaded = tz::run(*p_->sched, l.async_load_tensor(*p_->sched, which->front(), o));
       if (!loaded) return from_tz(loaded.error());
@@ -117,7 +119,8 @@ result<load_timings> model::load_into(const std::vector<destination>& dst) const
     std::vector<tz::tensor_destination> to;
     for (std::size_t i = 0; i < dst.size(); ++i) to.push_back({(*which)[i], dst[i].bytes});
     auto l = *p_->opened;
-    const auto o = detail::load_options_from(p_->opts);
+    auto o = detail::load_options_from(p_->opts);
+    detail::hand_over_tensors(o, *p_, -1);
     return detail::traced(p_->opts, o, [&]() -> result<load_timings> {
       auto t = l.load_into(*p_->sched, std::move(to), o);
       if (!t) return from_tz(t.error());
@@ -136,6 +139,7 @@ result<device_tensors> model::load_to_device(int device, const std::vector<std::
     if (!ctx) return from_tz(ctx.error());
     tz::device_load_options o;
     static_cast<tz::load_common_options&>(o) = detail::load_options_from(p_->opts);  // the ring keeps its defaults
+    detail::hand_over_tensors(o, *p_, device);
     auto loaded = detail::traced(p_->opts, o, [&] { return tz::load_to_device(*p_->sched, **ctx, *p_->opened, *which, o); });
     if (!loaded) return from_tz(loaded.error());
     std::vector<std::size_t> indices;

@@ -106,6 +106,24 @@ tz::load_options load_options_from(const options& o) {
   return l;
 }
 
+void hand_over_tensors(tz::load_common_options& l, const model::impl& m, int device) {
+  if (!m.opts.on_tensor) return;
+  l.ready_in_file_order = m.opts.on_tensor_in_file_order;
+  l.on_tensor_ready = [cb = m.opts.on_tensor, infos = m.infos, base = m.opened->index().tensors.data(),
+                       device](const tz::tensor_ready& r) {
+    ready_tensor out;
+    out.index = static_cast<std::size_t>(r.entry - base);
+    out.position = r.position;
+    out.info = &(*infos)[out.index];
+    out.host = r.host;
+    out.device_data = r.device_address;
+    out.device = device;
+    out.owner = r.owner;
+    out.seconds = r.seconds;
+    cb(out);  // a throw ends this load's handovers (the engine catches it)
+  };
+}
+
 tensor_info info_of(const tz::format::tensor_entry& e) {
   return tensor_info{tz::format::display_name(e.path), tz::format::dtype_display(e.dtype), e.shape,
                      e.deserialized_bytes, e.data_offset};

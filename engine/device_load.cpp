@@ -5,6 +5,7 @@
 #include "device_open.hpp"
 #include "pipeline.hpp"
 #include "device_sinks.hpp"
+#include "ready_order.hpp"
 
 #include "tz/engine/device_load.hpp"
 #include "tz/engine/host_memory.hpp"
@@ -15,6 +16,7 @@
 
 #include <algorithm>
 #include <future>
+#include <numeric>
 
 namespace tz {
 
@@ -68,14 +70,19 @@ class device_destination {
     std::shared_ptr<device_crc> crc;        // CRC32 on the device, when the load does it
   };
 
-  device_destination(device_context& ctx, const pipeline& p, const device_layout& layout, load_trace* trace)
-      : allocation_(std::async(std::launch::async, [&ctx, &p, &layout, trace] { return make(ctx, p, layout, trace); }).share()) {}
+  // `landed` (tensors as they land, p.ready): set to the buffer before any tensor is handed over.
+  device_destination(device_context& ctx, const pipeline& p, const device_layout& layout, load_trace* trace,
+                     std::shared_ptr<cuda::device_buffer>* landed = nullptr)
+      : allocation_(std::async(std::launch::async, [&ctx, &p, &layout, trace, landed] {
+          return make(ctx, p, layout, trace, landed);
+        }).share()) {}
 
   // Blocks until the allocation (and the fills' enqueueing) is done; its outcome. Thread-safe.
   const result<allocation>& get() const { return allocation_.get(); }
 
  private:
-  static result<allocation> make(device_context& ctx, const pipeline& p, const device_layout& layout, load_trace* trace) {
+  static result<allocation> make(device_context& ctx, const pipeline& p, const device_layout& layout, load_trace* trace,
+                                 std::shared_ptr<cuda::device_buffer>* landed) {
     cuda::uploader& up = ctx.uploader();
     const auto t0 = pipeline_clock::now();
     // A verified load's CRC32 results follow the tensors in the same allocation (layout.bytes is
@@ -92,6 +99,12 @@ class device_destination {
     }
     if (p.crc_on_device) out.crc = std::make_shared<device_crc>(out.buffer, layout.bytes, p.plan);
     TZ_TRY(tickets, zero_meta(up, p.selected, *out.buffer, layout));
+    if (p.ready) {  // tensors as they land: each waits for its place, a meta tensor for its zeros
+      TZ_CHECK(wait_all(up, tickets));
+      *landed = out.buffer;
+      for (std::uint32_t t = 0; t < p.selected.size(); ++t) p.ready->unit_done(t);
+      return out;
+    }
     for (auto& t : tickets) out.fills.push_back(std::make_shared<cuda::upload_ticket>(std::move(t)));
     return out;
   }
@@ -116,16 +129,21 @@ class device_sink final : public sink {
       if (piece.what == plan_piece::kind::data)
         pieces.push_back({where.pieces[k], layout_.offsets[piece.tensor] + piece.data_begin_bytes});
     }
-    if (pieces.empty()) return {};  // only headers (data-less tensors): the lease returns here
+    if (pieces.empty()) {  // only headers (data-less tensors): the lease returns here
+      if (p_.ready) p_.ready->range_done(r);
+      return {};
+    }
     const auto& alloc = dst_.get();  // the first copies wait here for the allocation
     if (!alloc) return alloc.error();
     // upload_callback is a std::function, which needs a copyable callable: share the lease.
     auto held = std::make_shared<lease>(std::move(where.held));
     uploads_.add();
     const auto t0 = pipeline_clock::now();
-    auto on_done = [this, held, index, t0, bytes = r.length_bytes](result<void> done) {
+    auto on_done = [this, held, index, t0, &r](result<void> done) {
       if (!done) p_.fail(done.error());
       held->reset();
+      if (done && p_.ready) p_.ready->range_done(r);  // the plan outlives the copies (drain)
+      const std::uint64_t bytes = r.length_bytes;
       if (auto* trace = p_.options->trace.get()) note_copy(*trace, index, t0, bytes);
       uploads_.done();
     };
@@ -211,8 +229,10 @@ task<result<unsigned>> prepare_device(scheduler& sched, pipeline& p, const loade
                                             p.source->name()));
   TZ_CO_TRY(selected, select_in_file_order(*p.index, std::move(which)));
   p.selected = std::move(selected);
-  p.decrypt_on_device = p.encrypted && !o.verify && o.decrypt_on_device && cuda::secretbox_kernels_available();
-  p.crc_on_device = p.with_headers && o.verify && o.crc_on_device && cuda::crc32_kernels_available();
+  // A tensor handed over as it lands must be checked first: the device kernels report at the end.
+  const bool streamed = static_cast<bool>(o.on_tensor_ready);
+  p.decrypt_on_device = p.encrypted && !o.verify && o.decrypt_on_device && !streamed && cuda::secretbox_kernels_available();
+  p.crc_on_device = p.with_headers && o.verify && o.crc_on_device && !streamed && cuda::crc32_kernels_available();
   if (p.crc_on_device) p.headers.resize(p.selected.size());  // the header pass and the checks fill them
   // Readers leave a quarter of the slots free for uploads while they wait on I/O.
   const unsigned readers =
@@ -259,8 +279,19 @@ task<result<device_tensors>> async_load_to_device(scheduler& sched, device_conte
     co_return make_error(errc::unsupported, source->name() + ": tensor '" + format::display_name(layout.too_large->path) +
                                                 "' of " + std::to_string(layout.too_large->deserialized_bytes) +
                                                 " bytes: the load would need more than 2^64 bytes");
+  // Tensors as they land: every tensor also waits for the allocation (and a meta tensor its zeros).
+  std::shared_ptr<cuda::device_buffer> landed;
+  std::unique_ptr<ready_order> ready;
+  if (options.on_tensor_ready) {
+    std::vector<std::uint32_t> all(p.selected.size());
+    std::iota(all.begin(), all.end(), 0u);
+    ready = std::make_unique<ready_order>(p, [&landed, &layout](std::uint32_t t) {
+      return tensor_ready{.device_address = static_cast<std::byte*>(landed->data()) + layout.offsets[t], .owner = landed};
+    }, t0, all);
+    p.ready = ready.get();
+  }
   cuda::uploader& up = ctx.uploader();
-  device_destination dst(ctx, p, layout, options.trace.get());
+  device_destination dst(ctx, p, layout, options.trace.get(), &landed);
   device_sink to(p, up, ring.get(), dst, layout);
   p.out = &to;
   t.prepare_s = seconds_of(nanoseconds_since(t0));

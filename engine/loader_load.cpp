@@ -1,6 +1,7 @@
 // Host loads: the pipeline with a host sink. Reads land straight in their destination, with no
 // staging: loader-owned memory (a mirror of the file's selected stretches) or the caller's spans.
 #include "pipeline.hpp"
+#include "ready_order.hpp"
 
 #include "tz/engine/host_memory.hpp"
 
@@ -96,7 +97,11 @@ class host_sink final : public sink {
     }
   }
 
-  result<void> deliver(const load_range&, landing&, std::int64_t) override { return {}; }
+  // The bytes are where they stay: the range's tensors are that much nearer ready.
+  result<void> deliver(const load_range& r, landing&, std::int64_t) override {
+    if (p_.ready) p_.ready->range_done(r);
+    return {};
+  }
   task<void> drain() override { co_return; }
 
  private:
@@ -108,6 +113,15 @@ class host_sink final : public sink {
 };
 
 }  // namespace
+
+// Tensors as they land, when the load's caller asked for them (null otherwise); `describe` says
+// where tensor t is.
+std::unique_ptr<ready_order> ready_for(pipeline& p, pipeline_clock::time_point started, ready_order::describe_fn describe) {
+  if (!p.options->on_tensor_ready) return nullptr;
+  auto ready = std::make_unique<ready_order>(p, std::move(describe), started);
+  p.ready = ready.get();
+  return ready;
+}
 
 // The host loads, befriended by loader and loaded_tensors.
 struct host_load {
@@ -169,11 +183,11 @@ task<result<loaded_tensors>> host_load::own_memory(const loader& l, scheduler& s
   }
   loaded_tensors out;
   try {
-    out.memory_ = host_buffer(total, o.huge_pages);
+    out.memory_ = std::make_shared<host_buffer>(total, o.huge_pages);
   } catch (const std::bad_alloc&) {
     co_return make_error(errc::io, l.source_->name() + ": cannot map " + std::to_string(total) + " bytes for the load");
   }
-  std::byte* base = out.memory_.data();
+  std::byte* base = out.memory_->data();
   for (const auto* e : p.selected) {
     std::span<const std::byte> view;
     if (e->data_length > 0) {
@@ -188,6 +202,9 @@ task<result<loaded_tensors>> host_load::own_memory(const loader& l, scheduler& s
   host_sink to(p, o);
   to.use_mirror(base, &layout);
   p.out = &to;
+  auto ready = ready_for(p, t0, [&out](std::uint32_t t) {
+    return tensor_ready{.host = out.views_[t], .owner = out.memory_};
+  });
   const double prepare_s = seconds_of(nanoseconds_since(t0));
   const auto t1 = pipeline_clock::now();
   TZ_CO_CHECK(co_await run_pipeline(sched, p, o.readers));
@@ -220,8 +237,9 @@ task<result<load_timings>> host_load::caller_memory(const loader& l, scheduler& 
     if (e.is_meta()) std::memset(dst[i].bytes.data(), 0, dst[i].bytes.size());
     spans.push_back(dst[i].bytes);
   }
+  auto ready = ready_for(p, t0, [&spans](std::uint32_t t) { return tensor_ready{.host = spans[t]}; });
   host_sink to(p, o);
-  to.use_scatter(std::move(spans));
+  to.use_scatter(spans);
   p.out = &to;
   const double prepare_s = seconds_of(nanoseconds_since(t0));
   const auto t1 = pipeline_clock::now();

@@ -90,6 +90,8 @@ struct stage_counters {
   std::atomic<std::int64_t> wait_ns{0};
 };
 
+class ready_order;
+
 // Everything one load shares between its readers; lives in the load's frame until they are done.
 struct pipeline {
   const format::file_index* index = nullptr;
@@ -97,6 +99,9 @@ struct pipeline {
   const load_common_options* options = nullptr;
   bool keep_headers = false;  // host loads: load_options::keep_headers
   sink* out = nullptr;
+  // Tensors as they land (options->on_tensor_ready): the sink reports each range once it is in
+  // place and checked. Null when nobody asked.
+  ready_order* ready = nullptr;
   bool with_headers = true;  // .tensors (safetensors: no per-tensor headers, nothing to check)
   bool encrypted = false;
   // Encrypted loads to a device with the secretbox kernels and no verification: the checks parse

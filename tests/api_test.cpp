@@ -1,6 +1,6 @@
 // The installed C++ API (tensorizer/tensorizer.hpp, libtensorizer.so) against files this test writes:
 // open and list, load all / some / one, caller memory, verification with a corrupted file, keys and
-// passphrases, progress, what a device load refuses and why, and error values. Suite "gpu" (needs a
+// passphrases, progress, tensors as they land, what a device load refuses and why, and error values. Suite "gpu" (needs a
 // device; api_test_gpu, and api_emulated_test on the CUDA emulation): device loads read back through
 // tests/device_access.h and compared value by value. Suite "http": the node-local cache against nginx.
 #include "api_test_files.hpp"
@@ -237,6 +237,57 @@ TEST_CASE("invalid remote options are refused at open") {
 }
 
 namespace {
+TEST_CASE("tensors as they land: each handed over once, in file order, checked, and kept alive by its owner") {
+  struct seen {
+    std::size_t index, position;
+    std::string name;
+    std::vector<float> values;
+    std::span<const std::byte> view;
+    std::shared_ptr<const void> owner;
+  };
+  std::vector<seen> got;
+  tensorizer::options o = with_key();
+  o.verify = true;
+  o.on_tensor = [&](const tensorizer::ready_tensor& r) {
+    got.push_back({r.index, r.position, r.info->name, floats(r.host), r.host, r.owner});
+  };
+  auto m = tensorizer::model::open(path("key.tensors"), o).value();
+  auto all = m.load();
+  REQUIRE_MESSAGE(all, all.error().message);
+  REQUIRE(got.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    CHECK(got[i].position == i);
+    CHECK(got[i].name == all->info(i).name);
+    CHECK(got[i].index == *m.find(got[i].name));
+    CHECK(got[i].values == expected(got[i].name));  // decrypted and verified when handed over
+    CHECK(got[i].view.data() == all->data(i).data());
+    CHECK(got[i].owner != nullptr);
+  }
+  // load_into hands over the caller's memory, with no owner.
+  got.clear();
+  std::vector<std::byte> b(m.tensors().at(*m.find("b")).size_bytes);
+  REQUIRE(m.load_into({{"b", b}}));
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].view.data() == b.data());
+  CHECK(got[0].owner == nullptr);
+  // A verified load of a corrupted file hands over nothing from the bad tensor on; what it handed over
+  // stays intact after the failed load is gone, held by its owner.
+  got.clear();
+  o = {};
+  o.verify = true;
+  o.on_tensor = [&](const tensorizer::ready_tensor& r) {
+    got.push_back({r.index, r.position, r.info->name, floats(r.host), r.host, r.owner});
+  };
+  auto bad = tensorizer::model::open(path("corrupt.tensors"), o).value().load();
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().code == errc::hash_mismatch);
+  for (const auto& g : got) {
+    CHECK(g.name != "b");
+    CHECK(floats(g.view) == expected(g.name));
+  }
+}
+
 
 const tz_test::suite_needs gpu_needs_a_device{"gpu", "a CUDA device", [] {
   return tz_test_device_count() > 0 ? std::string() : std::string("the CUDA runtime counts no device");
@@ -278,6 +329,27 @@ TEST_SUITE("gpu") {
     auto one = m.load_to_device(0, {"b"});
     REQUIRE_MESSAGE(one, one.error().message);
     check_device(*one, {"b"});
+  }
+
+  TEST_CASE("a device load hands each tensor over once its copy completed, in file order, on the device") {
+    std::vector<std::pair<std::string, std::vector<float>>> got;
+    tensorizer::options o = with_key();
+    o.verify = true;
+    o.on_tensor = [&](const tensorizer::ready_tensor& r) {
+      std::vector<std::byte> host(r.info->size_bytes);
+      REQUIRE(tz_test_device_read(host.data(), r.device_data, host.size()) == 0);
+      CHECK(r.device == 0);
+      CHECK(r.owner != nullptr);
+      got.emplace_back(r.info->name, floats(host));
+    };
+    auto m = tensorizer::model::open(path("key.tensors"), o).value();
+    auto d = m.load_to_device(0);
+    REQUIRE_MESSAGE(d, d.error().message);
+    REQUIRE(got.size() == d->size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      CHECK(got[i].first == d->info(i).name);
+      CHECK(got[i].second == expected(got[i].first));
+    }
   }
 
   TEST_CASE("encrypted, verified, safetensors and sharded models load to the device byte for byte") {

@@ -245,6 +245,54 @@ static void test_device_errors(void) {
 }
 
 /* Device mode: loads onto cuda:0 land, byte for byte, where the handles say. */
+/* Tensors as they land (tz_options_set_on_tensor): every tensor handed over once, in file order,
+ * with its final values (read back from the device in device mode), for a verified encrypted load. */
+struct ready_log {
+  int count, bad, out_of_order;
+  size_t next_position;
+};
+
+static void on_tensor(const tz_ready_tensor* t, void* user) {
+  struct ready_log* log = (struct ready_log*)user;
+  void* copy = NULL;
+  const void* bytes = t->host;
+  if (t->position != log->next_position++) log->out_of_order++;
+  if (t->device_data) {
+    copy = malloc(t->size_bytes ? t->size_bytes : 1);
+    if (!copy || tz_test_device_read(copy, t->device_data, t->size_bytes) != 0) log->bad++;
+    bytes = copy;
+  }
+  if (!bytes || !values_match(t->name, bytes, t->size_bytes)) log->bad++;
+  free(copy);
+  log->count++;
+}
+
+static void test_on_tensor(int device) {
+  tz_model* m = NULL;
+  tz_options* o = tz_options_new();
+  uint8_t key[32];
+  struct ready_log log = {0, 0, 0, 0};
+  size_t i;
+  for (i = 0; i < sizeof key; ++i) key[i] = (uint8_t)(i + 1);
+  CHECK(tz_options_set_decryption_key(o, key, sizeof key) == TZ_OK && tz_options_set_verify(o, 1) == TZ_OK);
+  CHECK(tz_options_set_on_tensor(NULL, on_tensor, 1, &log) == TZ_ERR_INVALID_ARGUMENT);
+  CHECK(tz_options_set_on_tensor(o, on_tensor, 1, &log) == TZ_OK);
+  CHECK(tz_model_open(path("key.tensors"), o, &m) == TZ_OK);
+  if (device < 0) {
+    tz_host_tensors* h = NULL;
+    CHECK(tz_model_load(m, NULL, 0, &h) == TZ_OK && host_load_matches(h));
+    tz_host_tensors_free(h);
+  } else {
+    tz_device_tensors* d = NULL;
+    CHECK(tz_model_load_to_device(m, device, NULL, 0, &d) == TZ_OK);
+    tz_device_tensors_free(d);
+  }
+  if (log.count != 3 || log.bad || log.out_of_order) fprintf(stderr, "on_tensor: %d handed over, %d bad, %d out of order\n", log.count, log.bad, log.out_of_order);
+  CHECK(log.count == 3 && log.bad == 0 && log.out_of_order == 0);
+  tz_model_free(m);
+  tz_options_free(o);
+}
+
 static void test_device_loads(void) {
   tz_model* m = NULL;
   tz_device_tensors* d = NULL;
@@ -370,6 +418,7 @@ int main(int argc, char** argv) {
     if (tz_test_device_count() == 0) return printf("c_api_test device: no CUDA device: skipped (exit 77)\n"), 77;
     test_device_loads();
     test_device_parts();
+    test_on_tensor(0);
     test_trace(1);
     if (failures) return fprintf(stderr, "%d check(s) failed\n", failures), 1;
     printf("c_api_test device: all checks passed\n");
@@ -387,6 +436,7 @@ int main(int argc, char** argv) {
   test_decryption();
   test_progress_and_options();
   test_device_errors();
+  test_on_tensor(-1);
   test_trace(0);
   if (failures) return fprintf(stderr, "%d check(s) failed\n", failures), 1;
   printf("c_api_test: all checks passed\n");

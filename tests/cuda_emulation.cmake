@@ -37,6 +37,8 @@ tz_add_doctest(cuda_emulation_test SOURCES cuda_emulation_test.cpp LIBS tz_emula
 tz_add_doctest(cuda_emulation_crypt_test SOURCES cuda_emulation_crypt_test.cpp LIBS tz_emulated_stack)
 # Extents (a partition's share, slices) onto the device through the ring.
 tz_add_doctest(cuda_emulation_extents_test SOURCES cuda_emulation_extents_test.cpp LIBS tz_emulated_stack)
+# Tensors as they land from device loads (on_tensor_ready).
+tz_add_doctest(cuda_emulation_ready_test SOURCES cuda_emulation_ready_test.cpp LIBS tz_emulated_stack)
 
 if(TZ_BUILD_BENCH)
   add_executable(gpu_load_bench_emulated ${PROJECT_SOURCE_DIR}/bench/gpu_load_bench.cpp)

@@ -73,6 +73,24 @@ typedef struct tz_timings {
  * call blocking functions of this library. */
 typedef void (*tz_progress_fn)(uint64_t done_bytes, uint64_t total_bytes, void* user);
 
+/* One tensor of a load, handed over as soon as it is ready (tz_options_set_on_tensor). */
+typedef struct tz_ready_tensor {
+  size_t index;          /* the model's tensor index (tz_model_tensor_info) */
+  size_t position;       /* its place in the load's result (file order) */
+  const char* name;      /* display name, valid while the model is open */
+  const void* host;      /* host loads: its bytes (size_bytes of them); NULL for device loads */
+  void* device_data;     /* device loads: its device address on `device`; NULL for host loads */
+  int device;            /* -1 for host loads */
+  uint64_t size_bytes;
+  double seconds;        /* from the load call */
+} tz_ready_tensor;
+/* Tensors as they land: called once per tensor of a load, as soon as every byte of it is in place
+ * and checked (verified, decrypted; on a device, copied). From a library worker thread, never
+ * concurrently with itself for one load; must return quickly and must not call this library's
+ * blocking functions. The bytes stay valid until the load returns, and after it while its result
+ * lives (a failed load frees them when it returns). The tensor pointed to is valid during the call. */
+typedef void (*tz_tensor_fn)(const tz_ready_tensor* tensor, void* user);
+
 /* ---- Library ------------------------------------------------------------------------------ */
 
 /* The runtime library's version, "major.minor.patch" (static storage). Compare its major with
@@ -129,6 +147,11 @@ tz_status tz_options_set_cache(tz_options* options, const char* dir, uint64_t ma
 /* Calls fn(done, total, user) during loads (NULL fn: no progress). `user` is passed through and
  * must stay valid while models opened with these options load. */
 tz_status tz_options_set_progress(tz_options* options, tz_progress_fn fn, void* user);
+/* Calls fn(tensor, user) as each tensor of a load is ready (NULL fn: none), in file order (a
+ * tensor after every earlier one) when in_file_order is nonzero, else as each completes. Nothing
+ * is handed over after a load failed; a tensor handed over is never written again. `user` must
+ * stay valid while models opened with these options load. */
+tz_status tz_options_set_on_tensor(tz_options* options, tz_tensor_fn fn, int in_file_order, void* user);
 
 /* ---- Models ------------------------------------------------------------------------------- */
 

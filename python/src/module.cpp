@@ -144,6 +144,7 @@ PYBIND11_MODULE(_C, m) {
   py::register_reader(m);
   py::register_writer(m);
   py::register_partial(m);
+  py::register_stream(m);
   // Drop the registered exception classes before the interpreter finalizes.
   auto atexit = pybind11::module_::import("atexit");
   atexit.attr("register")(pybind11::cpp_function([] {

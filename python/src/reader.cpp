@@ -14,10 +14,6 @@
 
 namespace tz::py {
 
-namespace {
-
-// A "dltensor" capsule owning t until a consumer renames it "used_dltensor"; an unused capsule
-// runs the tensor's deleter itself.
 pyb::capsule dltensor_capsule(cuda::managed_tensor_ptr t) {
   return pyb::capsule(t.release(), "dltensor", [](PyObject* cap) {
     if (PyCapsule_IsValid(cap, "dltensor")) {
@@ -26,6 +22,17 @@ pyb::capsule dltensor_capsule(cuda::managed_tensor_ptr t) {
     }
   });
 }
+
+// The same keys for host and device loads (see tz::load_timings).
+pyb::dict timings_dict(const load_timings& t) {
+  pyb::dict d;
+  d["open_s"] = t.open_s, d["prepare_s"] = t.prepare_s, d["transfer_s"] = t.transfer_s, d["total_s"] = t.total_s;
+  d["read_s"] = t.read_s, d["verify_s"] = t.verify_s, d["decrypt_s"] = t.decrypt_s;
+  d["upload_s"] = t.upload_s, d["wait_s"] = t.wait_s;
+  return d;
+}
+
+namespace {
 
 struct reader_handle {
   std::shared_ptr<scheduler> sched;
@@ -42,12 +49,6 @@ struct loaded_handle {
   std::vector<std::size_t> indices;  // reader entry index of each position
 };
 
-// A writable 1-D byte view of one host tensor; keeps its load's memory alive.
-struct block {
-  std::shared_ptr<loaded_tensors> owner;
-  std::byte* data = nullptr;
-  std::size_t size_bytes = 0;
-};
 
 pyb::object path_to_python(const format::tensor_path& path) {
   if (!path.structured()) return pyb::str(std::get<std::string>(path.parts.front()));
@@ -159,15 +160,6 @@ std::vector<std::size_t> checked_indices(const reader_handle& r, const std::opti
   return *which;
 }
 
-// The same keys for host and device loads (see tz::load_timings).
-pyb::dict timings_dict(const load_timings& t) {
-  pyb::dict d;
-  d["open_s"] = t.open_s, d["prepare_s"] = t.prepare_s, d["transfer_s"] = t.transfer_s, d["total_s"] = t.total_s;
-  d["read_s"] = t.read_s, d["verify_s"] = t.verify_s, d["decrypt_s"] = t.decrypt_s;
-  d["upload_s"] = t.upload_s, d["wait_s"] = t.wait_s;
-  return d;
-}
-
 
 std::shared_ptr<loaded_handle> load_host(reader_handle& r, std::vector<std::size_t> which, const load_options& o,
                                          bool one) {
@@ -256,7 +248,7 @@ void register_loaded(pyb::module_& m) {
             if (!h.host) throw pyb::value_error("buffer(): this load is on a CUDA device; use dlpack()");
             if (i >= h.host->size()) throw pyb::index_error("buffer(): position out of range");
             auto span = h.host->data(i);
-            return std::make_shared<block>(block{h.host, const_cast<std::byte*>(span.data()), span.size()});
+            return make_block(h.host, const_cast<std::byte*>(span.data()), span.size());
           },
           pyb::arg("i"))
       .def(

@@ -314,6 +314,28 @@ class TensorDeserializer(_DeserializerCore, collections.abc.Mapping, contextlib.
                 )
             yield self._module_idx(idx), TensorType(entry.type), name, arr, is_opaque, torch_dtype
 
+    def stream(
+        self,
+        filter_func: Optional[FilterFuncType] = None,
+        verify_hash: Optional[bool] = None,
+        *,
+        in_file_order: bool = True,
+    ) -> Iterator[Tuple[Union[str, tuple], torch.nn.Parameter]]:
+        """(beyond 2.11.1) Tensors as they land: loads the selected tensors (those ``filter_func``
+        keeps) in one engine call and yields ``(name, tensor)`` for each as soon as its bytes are
+        in place and checked (verified, decrypted), while the rest still arrives: a caller can run
+        its first layers before the last ones are read. In file order (the order a forward pass
+        wants), or as each completes with ``in_file_order=False``; tensors already loaded come
+        first. On a CUDA device a tensor is yielded once its copy completed, so no stream has to
+        wait for it. A failure raises after the tensors handed over before it, which stay valid
+        and unchanged. Every tensor is also kept: ``d[name]`` afterwards reads nothing."""
+        verify = self._verify_hash if verify_hash is None else bool(verify_hash)
+        indices = [
+            i for i in self._selected if filter_func is None or filter_func(_public_name(self._paths[i]))
+        ]
+        for idx in self._stream(indices, verify, in_file_order):
+            yield _public_name(self._paths[idx]), self._cache[idx]
+
     # -- modules -----------------------------------------------------------------------------
 
     def load_into_module(

@@ -9,7 +9,7 @@ is the public home of the deserializer.
 
 import contextlib
 import threading
-from typing import Dict, Iterable, List, Sequence
+from typing import Dict, Iterable, Iterator, List, Sequence
 
 import torch
 
@@ -258,22 +258,55 @@ class _DeserializerCore:
         if verify:
             self._check_replaced_hashes(loaded.indices)
         on_device = dev >= 0
-        entries, cache, span = self._entries, self._cache, 0
         # Per tensor, on every load: kept to a few field reads (each a call into _C) and the
         # wrapping itself, a few microseconds a tensor that Python adds to the engine's load.
         for pos, idx in enumerate(loaded.indices):
-            entry = entries[idx]
-            dtype = _entry_torch_dtype(entry)
-            if entry.deserialized_bytes == 0:
-                t = torch.empty(entry.shape, dtype=dtype, device=target)
-            elif on_device:
-                t = _device_tensor(loaded, pos, dtype, entry.shape)
-            else:
-                t = torch.frombuffer(loaded.buffer(pos), dtype=torch.uint8)
-                t = t.view(dtype).reshape(entry.shape)
-            cache[idx] = self._to_parameter(t, target, on_target=on_device)
-            span += entry.data_offset + entry.data_length - entry.header_offset
-        self._bytes_read += span
+            self._keep(loaded, pos, idx, target, on_device)
+
+    def _keep(self, loaded, pos: int, idx: int, target: torch.device, on_device: bool) -> None:
+        """Caches tensor `idx`, at position `pos` of `loaded` (a _C.Loaded or _C.Stream), as a Parameter."""
+        entry = self._entries[idx]
+        dtype = _entry_torch_dtype(entry)
+        if entry.deserialized_bytes == 0:
+            t = torch.empty(entry.shape, dtype=dtype, device=target)
+        elif on_device:
+            t = _device_tensor(loaded, pos, dtype, entry.shape)
+        else:
+            t = torch.frombuffer(loaded.buffer(pos), dtype=torch.uint8)
+            t = t.view(dtype).reshape(entry.shape)
+        self._cache[idx] = self._to_parameter(t, target, on_target=on_device)
+        self._bytes_read += entry.data_offset + entry.data_length - entry.header_offset
+
+    def _stream(self, indices: Sequence[int], verify: bool, in_file_order: bool = True) -> Iterator[int]:
+        """Yields each of `indices` once its tensor is cached: the cached ones first, then the rest
+        as the engine hands them over (one load; in file order unless in_file_order is False)."""
+        todo = [i for i in indices if i not in self._cache]
+        yield from (i for i in indices if i in self._cache)
+        if not todo:
+            return
+        reader = self._require_open()
+        target = self._target_device()
+        dev = self._engine_device(target)
+        if self._preparing is not None:
+            self._preparing.join()
+            self._preparing = None
+        if self._process_group is not None or self._slices:  # shares and slices land whole
+            self._load(todo, verify)
+            yield from todo
+            return
+        stream = _C.stream(reader, list(todo), verify=bool(verify), readers=self._num_readers or 0,
+                           decryption=self._decryption, device=dev, trace=self._trace_file,
+                           in_file_order=in_file_order)
+        while True:
+            pos = stream.next()  # raises the load's error after the tensors it handed over
+            if pos is None:
+                break
+            idx = stream.index(pos)
+            self._keep(stream, pos, idx, target, dev >= 0)
+            yield idx
+        self._note_timings(stream)
+        if verify:
+            self._check_replaced_hashes(todo)
 
     @property
     def _file_flags(self) -> _FileFeatureFlags:

@@ -11,7 +11,8 @@ usage: device_emulated.py c|deserializer EMULATED_PACKAGE_DIR PYTHON_SOURCE_DIR 
   deserializer  TensorDeserializer(device="cuda:0"), eager and lazy, against a host load of the same
                 file. torch here has no CUDA, so the test lends it the emulation's: is_available()
                 says yes, from_dlpack() copies the capsule's device bytes into a CPU tensor, and
-                Tensor.to("cuda:0") keeps that tensor. Exit 77 (skipped) up front without torch.
+                Tensor.to("cuda:0") keeps that tensor; stream() yields the same tensors in file order.
+                Exit 77 (skipped) up front without torch.
 
 Temporary files go to a directory of their own, removed at exit.
 """
@@ -244,11 +245,30 @@ def run_deserializer(_C, device, tool, work):
         check(not bad, f"{label}: {len(bad)} tensors differ from the model, first {bad[:1]}")
         if not bad:
             print(f"{label}: {len(got)} tensors from the device equal the model's and a host load's dtypes and shapes")
+    check_stream(torch, device, plain, expected, want)
     with torch_on_the_emulation(torch, device):
         check_trace(lambda path: TensorDeserializer(plain, device="cuda:0", trace_file=path).close(), work,
                     "TensorDeserializer(device='cuda:0', trace_file=...)")
         check_prepared_after_open(plain)
     check_dtypes(torch, device, work)
+
+
+def check_stream(torch, device, plain, expected, want):
+    """TensorDeserializer.stream() onto cuda:0: every tensor once, in file order, with the model's bytes."""
+    from tensorizer import TensorDeserializer
+
+    label = "TensorDeserializer(device='cuda:0').stream(verify_hash=True)"
+    with torch_on_the_emulation(torch, device):
+        with TensorDeserializer(plain, device="cuda:0", lazy_load=True) as d:
+            order = list(d.keys())
+            got = [(k, v.detach().clone()) for k, v in d.stream(verify_hash=True)]
+    names = [k for k, _ in got]
+    check(names == order, f"{label}: {names[:3]}... not the file order {order[:3]}...")
+    bad = [k for k, v in got if v.dtype != expected[k].dtype or v.shape != expected[k].shape
+           or hashlib.sha256(v.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest() != want[k]]
+    check(not bad, f"{label}: {len(bad)} tensors differ from the model, first {bad[:1]}")
+    if names == order and not bad:
+        print(f"{label}: {len(got)} tensors from the device, in file order, equal the model's")
 
 
 def check_prepared_after_open(plain):

@@ -132,6 +132,22 @@ struct progress {
   std::size_t tensors_total = 0;
 };
 
+struct tensor_info;
+
+// One tensor of a load, handed over as soon as it is ready (options::on_tensor).
+struct ready_tensor {
+  std::size_t index = 0;     // the model's tensor index: tensors()[index]
+  std::size_t position = 0;  // its place in the load's result (file order)
+  const tensor_info* info = nullptr;
+  std::span<const std::byte> host;  // host loads (load, load_one, load_into): its bytes
+  void* device_data = nullptr;      // device loads: its device address, on `device`
+  int device = -1;
+  // Keeps the tensor's memory alive for whoever holds a copy, also after a load that failed later.
+  // Null for load_into, whose memory is the caller's.
+  std::shared_ptr<const void> owner;
+  double seconds = 0;  // from the load call
+};
+
 // How a model is opened and loaded. The defaults load a local file with every core.
 struct options {
   // Worker threads. 0: the model shares the process-wide scheduler (one worker per core, each with
@@ -170,6 +186,18 @@ struct options {
   // itself for one load. Keep it short; it must not call back into the model. An exception it
   // throws is swallowed and the callback is not called again for that load.
   std::function<void(const progress&)> on_progress;
+
+  // Tensors as they land: load(), load_one(), load_into() and load_to_device() call it once per
+  // tensor as soon as every byte of it is in place and checked (verified, decrypted; on a device,
+  // copied: the data is there, no stream needs to wait), so a caller can run its first layers while
+  // the rest arrives. From a worker thread, never concurrently with itself for one load; keep it
+  // short (the load waits) and do not call back into the model. In file order (a tensor after every
+  // earlier one) unless on_tensor_in_file_order is false. Nothing is handed over after a load
+  // failed (the load's error names what failed), and a tensor handed over is never written again.
+  // An exception it throws ends that load's handovers, not the load. Device loads with it decrypt
+  // and check on the host's cores (the device kernels report only at the end).
+  std::function<void(const ready_tensor&)> on_tensor;
+  bool on_tensor_in_file_order = true;
 
   // Load-latency research: every load writes its timeline to this file as Chrome trace-event JSON
   // (open it in ui.perfetto.dev), replacing what an earlier load wrote; per range its read, check

@@ -52,6 +52,18 @@ struct load_timings {
 
 class load_trace;
 
+// One tensor of a load, handed over as soon as it is ready (load_common_options::on_tensor_ready).
+struct tensor_ready {
+  std::size_t position = 0;  // its place in the load: file order, as loaded_tensors / device_tensors
+  const format::tensor_entry* entry = nullptr;
+  std::span<const std::byte> host;  // host loads: its bytes (zeros for a meta tensor)
+  void* device_address = nullptr;   // device loads: where it is on the device (never dereference it here)
+  // Keeps the tensor's memory alive for whoever holds it, also after a load that failed later:
+  // loader-owned host memory, or the device allocation. Null when the memory is the caller's.
+  std::shared_ptr<const void> owner;
+  double seconds = 0;  // from the load call
+};
+
 // What every load takes, whatever its sink (host memory or a device): reads, checks, keys, progress.
 struct load_common_options {
   // Reads in flight at once; 0 = automatic (two per worker thread, or what a remote source asks
@@ -72,6 +84,16 @@ struct load_common_options {
   std::function<void(const load_progress&)> on_progress;
   // Records the load's timeline (tz/engine/load_trace.hpp) when set; the caller writes it out.
   std::shared_ptr<load_trace> trace;
+  // Tensors as they land: called once per tensor of a whole-tensor load (not of extents) as soon as
+  // every byte of it is in place and checked (hashes verified, decrypted; a device load's copy
+  // completed), from a worker or copy-completion thread, never concurrently with itself. Keep it
+  // short: the load waits. In file order by default (a tensor after every earlier one: the order a
+  // forward pass wants); ready_in_file_order = false hands each over as it completes. Nothing is
+  // handed over after the load failed, and a tensor handed over is never written again. An
+  // exception it throws ends the handovers of that load, not the load. A device load with it checks
+  // and decrypts on the host cores, so that no tensor is handed over before its check.
+  std::function<void(const tensor_ready&)> on_tensor_ready;
+  bool ready_in_file_order = true;
 };
 
 // A load into host memory (device_load_options is the device sink's).
@@ -120,7 +142,7 @@ class loaded_tensors {
   const format::tensor_entry* index_base_ = nullptr;  // the loader's index().tensors.data()
   std::vector<std::span<const std::byte>> views_;
   std::vector<format::tensor_header> headers_;
-  host_buffer memory_;
+  std::shared_ptr<host_buffer> memory_;  // shared with the tensors handed over as they landed
   load_timings timings_;
   std::uint64_t bytes_ = 0;
   std::uint64_t data_bytes_ = 0;

@@ -1,0 +1,223 @@
+// Tensors as they land (load_common_options::on_tensor_ready), host loads: each tensor handed over
+// once, in file order by default, with its final bytes, long before the load ends; verified and
+// encrypted tensors only after their checks; nothing after a failure, and what was handed over
+// stays as it was. (The device sink's handovers: cuda_emulation_ready_test.cpp.)
+#include "tz/backends/memory_source.hpp"
+#include "tz/crypto/sodium.hpp"
+#include "tz/format/encryption.hpp"
+#include "tz/format/writer.hpp"
+#include "tz/engine/load_trace.hpp"
+#include "tz/engine/loader.hpp"
+
+#include "float_model.hpp"
+#include "temp_dir.hpp"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <vector>
+
+namespace {
+
+std::vector<std::byte> model_bytes(std::size_t count, std::size_t base_bytes) {
+  return tz_test::write_floats(count, base_bytes);
+}
+
+// A memory source that counts the reads started, and holds every data read (64 KiB or more: not the
+// header pass of a verified load) at or past `gate` until open() is called (at most 10 s): a load
+// that handed its first tensor over only at its end would keep them waiting the whole time.
+class gated_source final : public tz::byte_source {
+ public:
+  gated_source(std::vector<std::byte> bytes, std::uint64_t gate) : inner_(std::move(bytes), "ready-mem"), gate_(gate) {}
+  const std::string& name() const noexcept override { return inner_.name(); }
+  tz::task<tz::result<std::uint64_t>> size() override { return inner_.size(); }
+  tz::task<tz::result<void>> read(std::uint64_t offset, tz::scatter_list dst) override {
+    started.fetch_add(1);
+    std::size_t bytes = 0;
+    for (const auto& d : dst) bytes += d.size();
+    if (offset >= gate_ && bytes >= (64 << 10)) {
+      std::unique_lock lock(mutex_);
+      if (!cv_.wait_for(lock, std::chrono::seconds(10), [this] { return open_; })) held_too_long = true;
+    }
+    return inner_.read(offset, dst);
+  }
+  void open() {
+    std::lock_guard lock(mutex_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  void close() {
+    std::lock_guard lock(mutex_);
+    open_ = false;
+  }
+  std::atomic<std::size_t> started{0};
+  std::atomic<bool> held_too_long{false};
+
+ private:
+  tz::memory_source inner_;
+  std::uint64_t gate_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+
+// What the callback saw: per handover its position, a copy of its bytes then, the owner, the reads started.
+struct seen_tensor {
+  std::size_t position;
+  std::vector<std::byte> bytes;
+  std::span<const std::byte> view;
+  std::shared_ptr<const void> owner;
+  std::size_t reads_started;
+  double seconds;
+};
+
+struct recorder {
+  std::mutex mutex;
+  std::vector<seen_tensor> seen;
+  gated_source* source = nullptr;
+  void attach(tz::load_common_options& o) {
+    o.on_tensor_ready = [this](const tz::tensor_ready& r) {
+      std::lock_guard lock(mutex);  // the callback is never concurrent with itself: this only checks it
+      seen.push_back({r.position, {r.host.begin(), r.host.end()}, r.host, r.owner,
+                      source ? source->started.load() : 0, r.seconds});
+      if (source) source->open();  // the first tensor is here: the second half may be read
+    };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("every tensor is handed over once, in file order, with its final bytes, before the load ends") {
+  auto bytes = model_bytes(24, 200000);
+  auto src = std::make_shared<gated_source>(bytes, bytes.size() / 2);
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, src).value();
+  for (bool verify : {false, true}) {
+    CAPTURE(verify);
+    recorder rec;
+    rec.source = src.get();
+    tz::load_options o;
+    o.verify = verify;
+    o.readers = 2;
+    o.range_bytes = 128 << 10;  // tensors of ~200 KB: split over ranges, many ranges in all
+    o.trace = std::make_shared<tz::load_trace>();
+    rec.attach(o);
+    src->started = 0;
+    src->close();
+    auto loaded = l.load(sched, {}, o);
+    REQUIRE(loaded.has_value());
+    const std::size_t reads = src->started.load();
+    REQUIRE(rec.seen.size() == 24);
+    for (std::size_t i = 0; i < 24; ++i) {
+      CAPTURE(i);
+      CHECK(rec.seen[i].position == i);
+      CHECK(tz_test::floats_match(rec.seen[i].bytes, i, 200000));  // final when handed over
+      CHECK(rec.seen[i].view.data() == loaded->data(i).data());     // a view of the load's memory
+      CHECK(rec.seen[i].owner != nullptr);
+      if (i > 0) CHECK(rec.seen[i].seconds >= rec.seen[i - 1].seconds);
+    }
+    // The first tensor came while most reads were still to start: it did not wait for the load.
+    // The first tensor came while the second half of the file was still to be read.
+    CHECK_FALSE(src->held_too_long.load());
+    CHECK(rec.seen.front().reads_started < reads);
+    const tz_test::temp_dir dir("tz-ready-test");
+    REQUIRE(o.trace->write(dir.file("trace.json")).has_value());
+    const auto raw = tz_test::read_file(dir.file("trace.json"));
+    const std::string json(reinterpret_cast<const char*>(raw.data()), raw.size());
+    CHECK(json.find("\"ready t0\"") != std::string::npos);
+    CHECK(json.find("\"ready t23\"") != std::string::npos);
+  }
+}
+
+TEST_CASE("out of file order, each tensor is handed over once as it completes") {
+  auto bytes = model_bytes(16, 300000);
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, std::make_shared<tz::memory_source>(bytes)).value();
+  recorder rec;
+  tz::load_options o;
+  o.range_bytes = 256 << 10;
+  o.ready_in_file_order = false;
+  rec.attach(o);
+  auto loaded = l.load(sched, {}, o);
+  REQUIRE(loaded.has_value());
+  REQUIRE(rec.seen.size() == 16);
+  std::vector<int> count(16, 0);
+  for (const auto& s : rec.seen) {
+    REQUIRE(s.position < 16);
+    ++count[s.position];
+    CHECK(tz_test::floats_match(s.bytes, s.position, 300000));
+  }
+  for (int c : count) CHECK(c == 1);
+}
+
+TEST_CASE("a verified load hands over nothing from the corrupt tensor on, and what it handed over stays intact") {
+  auto bytes = model_bytes(12, 100000);
+  tz::scheduler sched(2);
+  auto clean = tz::loader::open(sched, std::make_shared<tz::memory_source>(bytes)).value();
+  bytes[clean.index().tensors[7].data_offset + 100] ^= std::byte{1};
+  auto l = tz::loader::open(sched, std::make_shared<tz::memory_source>(bytes)).value();
+  recorder rec;
+  tz::load_options o;
+  o.verify = true;
+  o.range_bytes = 64 << 10;
+  rec.attach(o);
+  auto r = l.load(sched, {}, o);
+  REQUIRE_FALSE(r.has_value());
+  CHECK(r.error().code == tz::errc::hash_mismatch);
+  CHECK(r.error().message.find("t7") != std::string::npos);
+  CHECK(rec.seen.size() <= 7);  // t7 and everything after it (in file order) never
+  for (std::size_t i = 0; i < rec.seen.size(); ++i) {
+    CAPTURE(i);
+    CHECK(rec.seen[i].position == i);
+    // The load failed and returned, its result is gone: the owner keeps the memory, unchanged.
+    CHECK(tz_test::floats_match(rec.seen[i].view, i, 100000));
+  }
+}
+
+TEST_CASE("encrypted tensors are handed over decrypted; caller memory is handed over as the caller's spans") {
+  auto key = tz::crypto::secret_key::random().value();
+  auto enc = tz::format::tensorizer_encryptor::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
+  auto bytes = tz_test::write_floats(6, 500000, &enc);
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, std::make_shared<tz::memory_source>(bytes)).value();
+  std::vector<std::vector<std::byte>> mine;
+  std::vector<tz::tensor_destination> dst;
+  for (std::size_t i = 0; i < 6; ++i) {
+    mine.emplace_back(l.index().tensors[i].deserialized_bytes);
+    dst.push_back({i, mine.back()});
+  }
+  recorder rec;
+  tz::load_options o;
+  o.decryption = tz::format::decryption::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
+  o.range_bytes = 192 << 10;
+  rec.attach(o);
+  REQUIRE(l.load_into(sched, dst, o).has_value());
+  REQUIRE(rec.seen.size() == 6);
+  for (std::size_t i = 0; i < 6; ++i) {
+    CAPTURE(i);
+    CHECK(rec.seen[i].view.data() == mine[i].data());
+    CHECK(rec.seen[i].owner == nullptr);  // the caller's memory
+    CHECK(tz_test::floats_match(rec.seen[i].bytes, i, 500000));
+  }
+}
+
+TEST_CASE("a callback that throws ends the handovers, not the load") {
+  auto bytes = model_bytes(8, 50000);
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, std::make_shared<tz::memory_source>(bytes)).value();
+  std::atomic<int> calls{0};
+  tz::load_options o;
+  o.on_tensor_ready = [&](const tz::tensor_ready&) {
+    if (calls.fetch_add(1) == 2) throw std::runtime_error("consumer broke");
+  };
+  auto loaded = l.load(sched, {}, o);
+  REQUIRE(loaded.has_value());
+  CHECK(calls.load() == 3);
+  for (std::size_t i = 0; i < 8; ++i) CHECK(tz_test::floats_match(loaded->data(i), i, 50000));
+}
