@@ -230,18 +230,22 @@ class _DeserializerCore:
             )
         return self._reader
 
+    def _begin_load(self):
+        """The open reader, the target device and its engine number (-1: host), once the device
+        preparation started at open is done (a failure there recurs, reported, in the load itself)."""
+        reader = self._require_open()
+        target = self._target_device()
+        if self._preparing is not None:
+            self._preparing.join()
+            self._preparing = None
+        return reader, target, self._engine_device(target)
+
     def _load(self, indices: Sequence[int], verify: bool) -> None:
         """Loads the uncached tensors among indices in one engine call and caches them."""
         todo = [i for i in indices if i not in self._cache]
         if not todo:
             return
-        reader = self._require_open()
-        target = self._target_device()
-        dev = self._engine_device(target)
-        if self._preparing is not None:
-            # A failure there recurs, reported, in the load itself.
-            self._preparing.join()
-            self._preparing = None
+        reader, target, dev = self._begin_load()
         if self._process_group is not None or self._slices:
             self._load_distributed(todo, verify, target)
             return
@@ -284,12 +288,7 @@ class _DeserializerCore:
         yield from (i for i in indices if i in self._cache)
         if not todo:
             return
-        reader = self._require_open()
-        target = self._target_device()
-        dev = self._engine_device(target)
-        if self._preparing is not None:
-            self._preparing.join()
-            self._preparing = None
+        reader, target, dev = self._begin_load()
         if self._process_group is not None or self._slices:  # shares and slices land whole
             self._load(todo, verify)
             yield from todo
