@@ -10,6 +10,7 @@
 #include "tz/engine/loader.hpp"
 
 #include "float_model.hpp"
+#include "gated_source.hpp"
 #include "temp_dir.hpp"
 
 #include <doctest/doctest.h>
@@ -29,44 +30,6 @@ std::vector<std::byte> model_bytes(std::size_t count, std::size_t base_bytes) {
   return tz_test::write_floats(count, base_bytes);
 }
 
-// A memory source that counts the reads started, and holds every data read (64 KiB or more: not the
-// header pass of a verified load) at or past `gate` until open() is called (at most 10 s): a load
-// that handed its first tensor over only at its end would keep them waiting the whole time.
-class gated_source final : public tz::byte_source {
- public:
-  gated_source(std::vector<std::byte> bytes, std::uint64_t gate) : inner_(std::move(bytes), "ready-mem"), gate_(gate) {}
-  const std::string& name() const noexcept override { return inner_.name(); }
-  tz::task<tz::result<std::uint64_t>> size() override { return inner_.size(); }
-  tz::task<tz::result<void>> read(std::uint64_t offset, tz::scatter_list dst) override {
-    started.fetch_add(1);
-    std::size_t bytes = 0;
-    for (const auto& d : dst) bytes += d.size();
-    if (offset >= gate_ && bytes >= (64 << 10)) {
-      std::unique_lock lock(mutex_);
-      if (!cv_.wait_for(lock, std::chrono::seconds(10), [this] { return open_; })) held_too_long = true;
-    }
-    return inner_.read(offset, dst);
-  }
-  void open() {
-    std::lock_guard lock(mutex_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  void close() {
-    std::lock_guard lock(mutex_);
-    open_ = false;
-  }
-  std::atomic<std::size_t> started{0};
-  std::atomic<bool> held_too_long{false};
-
- private:
-  tz::memory_source inner_;
-  std::uint64_t gate_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool open_ = false;
-};
-
 // What the callback saw: per handover its position, a copy of its bytes then, the owner, the reads started.
 struct seen_tensor {
   std::size_t position;
@@ -80,7 +43,7 @@ struct seen_tensor {
 struct recorder {
   std::mutex mutex;
   std::vector<seen_tensor> seen;
-  gated_source* source = nullptr;
+  tz_test::gated_source* source = nullptr;
   void attach(tz::load_common_options& o) {
     o.on_tensor_ready = [this](const tz::tensor_ready& r) {
       std::lock_guard lock(mutex);  // the callback is never concurrent with itself: this only checks it
@@ -95,7 +58,7 @@ struct recorder {
 
 TEST_CASE("every tensor is handed over once, in file order, with its final bytes, before the load ends") {
   auto bytes = model_bytes(24, 200000);
-  auto src = std::make_shared<gated_source>(bytes, bytes.size() / 2);
+  auto src = std::make_shared<tz_test::gated_source>(bytes, bytes.size() / 2);
   tz::scheduler sched(2);
   auto l = tz::loader::open(sched, src).value();
   for (bool verify : {false, true}) {
