@@ -114,7 +114,8 @@ TEST_CASE("a device copy failing mid-load ends the handovers; the tensors handed
     CHECK(t.error().code == tz::errc::cuda);
     emu::fail_copy(0);
     emu::clear_sticky_error();
-    REQUIRE_FALSE(rec.seen.empty());  // the tensors before the failed copy
+    // Usually the tensors before the failed copy; possibly none: CUDA's error is sticky, so copies
+    // enqueued before it but not yet seen complete can report it too.
     CHECK(rec.seen.size() < 12);
     for (std::size_t i = 0; i < rec.seen.size(); ++i) {
       CAPTURE(i);
