@@ -19,6 +19,7 @@
 import argparse
 import hashlib
 import json
+import re
 import os
 import statistics
 import subprocess
@@ -243,7 +244,7 @@ def profile(a):
         loaders += [("ours python http", "http", lambda: b.py(ours_py, http)),
                     ("ours python s3", "s3", lambda: b.py(ours_py, s3))]
     if not a.smoke:
-        for r in (16, 32):
+        for r in a.knobs:
             loaders += [(f"ours cli http --readers {r} (knob)", "http", lambda r=r: b.cli(http, "--readers", str(r))),
                         (f"ours cli s3 --readers {r} (knob)", "s3", lambda r=r: b.cli(*s3e, s3, "--readers", str(r)))]
     if peer_py:
@@ -255,6 +256,9 @@ def profile(a):
         for c in a.runai_sweep:
             loaders.append((f"runai s3 concurrency={c}", "s3", lambda c=c: b.runai(c)))
 
+    if a.only:
+        loaders = [x for x in loaders if re.search(a.only, x[0])]
+        print(f"{p}: only {', '.join(x[0] for x in loaders)} (--only {a.only!r})")
     with open(a.results, "a") as out:
         for round_ in range(1, a.repeat + 1):
             for name, family, fn in loaders:
@@ -392,6 +396,9 @@ def main():
     s.add_argument("--curl-n", type=lambda v: [int(x) for x in v.split(",")], default=[8, 32, 64])
     s.add_argument("--runai-sweep", type=lambda v: [int(x) for x in v.split(",")], default=[16, 32, 64])
     s.add_argument("--smoke", action="store_true", help="no 2.11.1, no Run:ai, no --readers knob rows")
+    s.add_argument("--knobs", type=lambda v: [int(x) for x in v.split(",")], default=[16, 32],
+                   help="the --readers values of the knob rows")
+    s.add_argument("--only", help="a regular expression: time only the loaders whose names match (checks still run)")
     s = sub.add_parser("table")
     s.add_argument("results"), s.add_argument("--bytes", type=int, required=True), s.add_argument("--json")
     s = sub.add_parser("chart")

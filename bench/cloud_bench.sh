@@ -28,7 +28,8 @@
 # Peers missing (build/venv, tensorizer 2.11.1 in python3, /opt/tz-peers/runai-0.17 from scripts/setup.sh):
 # their rows are left out with a line saying so. A peer that is present but cannot read the source
 # (2.11.1 over S3, Run:ai) is reported and its rows skipped; a mismatch is never skipped.
-# env: TZ_NET_WORKDIR (default BUILD_DIR/net-servers), TZ_NET_PORT_BASE (default 18000),
+# env: TZ_CLOUD_ONLY (a regular expression: time only the loaders it matches, e.g. "curl 8|ours cli"),
+# TZ_CLOUD_KNOBS (the knob rows' --readers values, default 16,32), TZ_NET_WORKDIR (default BUILD_DIR/net-servers), TZ_NET_PORT_BASE (default 18000),
 # TZ_RUNAI_PYTHON (default /opt/tz-peers/runai-0.17/bin/python). Exit 77: no servers.
 set -euo pipefail
 json="" smoke=0
@@ -104,7 +105,8 @@ run_profile() {
   [[ $profile == loopback ]] && direct=(--direct "http://127.0.0.1:$nginx_port/bench/$name")
   python3 "$here/cloud_bench.py" profile --profile "$profile" --repeat "$repeat" --results "$tmp/results.jsonl" \
     --reference "$tmp/reference.json" --cli "$cli" --bytes "$file_bytes" --http "http://127.0.0.1:$hp/bench/$name" \
-    --s3-endpoint "http://127.0.0.1:$sp" --s3-uri "s3://tz-test/bench/$name" "${direct[@]}" "${py_args[@]}"
+    --s3-endpoint "http://127.0.0.1:$sp" --s3-uri "s3://tz-test/bench/$name" "${direct[@]}" "${py_args[@]}" \
+    ${TZ_CLOUD_ONLY:+--only "$TZ_CLOUD_ONLY"} ${TZ_CLOUD_KNOBS:+--knobs "$TZ_CLOUD_KNOBS"}
   stop_proxies
   echo "proxy stats ($profile): nginx $(cat "$tmp/stats-$profile-$nginx_port.json") rgw $(cat "$tmp/stats-$profile-$rgw_port.json")"
 }

@@ -22,6 +22,7 @@ using asio::ip::tcp;
 
 constexpr std::size_t object_bytes = 4 << 20;
 constexpr auto trickle_gap = std::chrono::milliseconds(500);
+constexpr auto late_answer = std::chrono::milliseconds(400);
 
 // A tiny HTTP/1.1 server on 127.0.0.1 (ephemeral port) with one misbehaviour per path.
 class fake_server {
@@ -69,6 +70,7 @@ class fake_server {
     std::string method = head.substr(0, head.find(' '));
     std::string path = head.substr(method.size() + 1, head.find(' ', method.size() + 1) - method.size() - 1);
     std::string common = "ETag: \"v1\"\r\nAccept-Ranges: bytes\r\n";
+    if (path == "/late") co_await sleep(late_answer);  // an object store's first-byte latency, exaggerated
     if (path == "/silent") {  // reads the request, never answers
       co_await sleep(std::chrono::hours(1));
       co_return false;
@@ -281,6 +283,22 @@ TEST_CASE("the head fetched beside the HEAD serves reads inside it; a failed hea
   REQUIRE_MESSAGE(r.has_value(), r.error().message);
   CHECK(out == server.data());
   CHECK(server.ranges("/503").size() == 2);
+}
+
+TEST_CASE("the first round trip decides the reads a load keeps in flight: near sources ask for fewer") {
+  fake_server server;
+  auto options = quick_options();
+  options.reads_in_flight = 48;
+  options.near_reads_in_flight = 12;
+  options.near_round_trip = std::chrono::milliseconds(250);  // far below "/late"'s 400 ms, far above a loaded CI's loopback
+  for (const auto& [path, expected] : {std::pair{"/plain", 12u}, std::pair{"/late", 48u}}) {
+    CAPTURE(path);
+    auto source = tz::open_http_source(options, server.url(path));
+    REQUIRE(source.has_value());
+    CHECK((*source)->read_concurrency() == 48);  // nothing measured yet: an object store's count
+    REQUIRE(net_test::run((*source)->size()).has_value());
+    CHECK((*source)->read_concurrency() == expected);
+  }
 }
 
 TEST_CASE("an object replaced between its HEAD and a read fails cleanly, naming it, without retries") {

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 
 namespace tz::net {
@@ -66,6 +67,7 @@ task<result<ranged_source::object_info>> ranged_source::info() {
     if (info_) co_return *info_;
   }
   result<object_info> found = object_info{};
+  const auto t0 = std::chrono::steady_clock::now();
   if (hooks_.size_by_range_get) {
     // One ranged GET answers the size, the ETag and the head (S3: error responses carry XML).
     const auto last = std::max<std::uint64_t>(options_.head_fetch_bytes, 1) - 1;
@@ -80,7 +82,10 @@ task<result<ranged_source::object_info>> ranged_source::info() {
   }
   if (!found) co_return found.error();
   std::lock_guard lock(mutex_);
-  if (!info_) info_ = *found;
+  if (!info_) {
+    info_ = *found;
+    near_.store(std::chrono::steady_clock::now() - t0 < options_.near_round_trip, std::memory_order_relaxed);
+  }
   co_return *info_;
 }
 

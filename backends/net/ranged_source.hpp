@@ -6,6 +6,7 @@
 #include "http_client.hpp"
 #include "tz/backends/net_options.hpp"
 
+#include <atomic>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -40,7 +41,10 @@ class ranged_source final : public byte_source {
   task<result<std::uint64_t>> size() override;
   task<result<void>> read(std::uint64_t offset_bytes, scatter_list dst) override;
   std::string version() const override;
-  unsigned read_concurrency() const noexcept override { return options_.reads_in_flight; }
+  // What the first round trip measured (info): reads_in_flight, or near_reads_in_flight for a near source.
+  unsigned read_concurrency() const noexcept override {
+    return near_.load(std::memory_order_relaxed) ? options_.near_reads_in_flight : options_.reads_in_flight;
+  }
 
  private:
   struct object_info {
@@ -66,6 +70,7 @@ class ranged_source final : public byte_source {
   request_hooks hooks_;
   mutable std::mutex mutex_;
   std::optional<object_info> info_;
+  std::atomic<bool> near_{false};  // set by the first info(): it answered within near_round_trip
 };
 
 }  // namespace tz::net
