@@ -22,6 +22,7 @@ void pipeline::fail(error e) noexcept {
   for (auto& s : splits) {
     if (s) s->turns.abort();
   }
+  if (observed) observed->turns.abort();
 }
 
 namespace {
@@ -155,6 +156,7 @@ task<result<void>> process_range(pipeline& p, const load_range& r, landing& wher
   }
   const auto t1 = pipeline_clock::now();
   p.counters.read_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+  if (p.observed) TZ_CO_CHECK(co_await observe_range(p, r, where, static_cast<std::size_t>(index)));
   TZ_CO_CHECK(co_await check_range(p, r, where));
   const auto t2 = pipeline_clock::now();
   TZ_CO_CHECK(p.out->deliver(r, where, index));
@@ -221,6 +223,7 @@ task<result<void>> read_headers(scheduler& sched, pipeline& p, unsigned readers)
 
 task<result<void>> prepare_plan(scheduler& sched, pipeline& p, plan_options popts, unsigned readers) {
   popts.with_headers = p.with_headers;
+  if (p.options->observe) p.observed = std::make_unique<observed_bytes>();
   if (p.keep_headers && p.with_headers) p.headers.assign(p.selected.size(), {});
   const auto t0 = pipeline_clock::now();
   TZ_CO_TRY(align, co_await read_split_headers(sched, p, popts, readers));
@@ -239,12 +242,15 @@ task<result<void>> prepare_plan(scheduler& sched, pipeline& p, plan_options popt
   // Longest first finishes the long hash chains sooner, but a caller taking tensors in file order as
   // they land wants the first ones first.
   const bool in_order = p.options->on_tensor_ready && p.options->ready_in_file_order;
-  if (p.options->verify) interleave_split_tensors(p.plan, readers, p.options->verify_longest_first && !in_order);
+  // An observed load takes its ranges in file order: its observer hashes them in that order.
+  if (p.options->verify && !p.observed)
+    interleave_split_tensors(p.plan, readers, p.options->verify_longest_first && !in_order);
   co_return result<void>{};
 }
 
 task<result<void>> run_pipeline(scheduler& sched, pipeline& p, unsigned readers) {
   readers = static_cast<unsigned>(std::clamp<std::size_t>(readers, 1, std::max<std::size_t>(1, p.plan.ranges.size())));
+  if (p.options->observe && !p.observed) p.observed = std::make_unique<observed_bytes>();  // plans of their own
   // The deferred header checks run beside the readers, on a quarter as many coroutines of their own.
   const auto& todo = p.deferred_headers;
   const std::size_t checkers = todo.empty() ? 0 : std::clamp<std::size_t>(readers / 4, 1, todo.size());
@@ -261,6 +267,9 @@ task<result<void>> run_pipeline(scheduler& sched, pipeline& p, unsigned readers)
         sched, data + checkers,
         [&](std::size_t k) { return k < data ? reader(p) : header_worker(p, todo, next, keep); },
         [&p](std::size_t, std::exception_ptr e) { p.fail(unexpected_failure(p.source->name(), e)); });
+  if (p.observed && !p.failed.load()) {
+    if (auto tail = co_await observe_tail(p); !tail) p.fail(tail.error());
+  }
   const auto t0 = pipeline_clock::now();
   co_await p.out->drain();
   p.counters.wait_ns += nanoseconds_since(t0);

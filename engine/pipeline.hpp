@@ -92,6 +92,14 @@ struct stage_counters {
 
 class ready_order;
 
+// A load with a byte_observer (load_common_options::observe): the ranges pass their bytes to it in
+// plan order, which is file order, one turn each (observe_bytes.cpp).
+struct observed_bytes {
+  turnstile turns;
+  std::uint64_t at = 0;          // the next offset the observer expects
+  std::vector<std::byte> gap;    // bytes read for it alone: the prefix, tensors the load leaves out
+};
+
 // Everything one load shares between its readers; lives in the load's frame until they are done.
 struct pipeline {
   const format::file_index* index = nullptr;
@@ -117,6 +125,7 @@ struct pipeline {
   // by run_pipeline beside the data reads, not in a pass before them (a round trip saved remotely).
   std::vector<std::uint32_t> deferred_headers;
   std::vector<format::tensor_header> headers;         // per selected tensor, when kept (keep_headers, crc_on_device)
+  std::unique_ptr<observed_bytes> observed;           // options->observe set
 
   std::atomic<std::size_t> next_range{0};
   std::atomic<bool> failed{false};
@@ -158,6 +167,13 @@ std::uint64_t auto_range_bytes(const pipeline& p, unsigned readers) noexcept;
 // drains the sink. Completes when every reader is done and everything delivered has arrived,
 // whatever failed; the first error, if any, is returned.
 task<result<void>> run_pipeline(scheduler& sched, pipeline& p, unsigned readers);
+
+// Observed loads (p.observed): hands range `index`'s landed bytes, and the bytes before them that
+// no range reads, to the observer in file order; waits for the range's turn. Before its checks,
+// which decrypt in place: the observer sees the file's bytes.
+task<result<void>> observe_range(pipeline& p, const load_range& r, const landing& where, std::size_t index);
+// After the last range: the bytes from the last range to the source's end, then observe->end().
+task<result<void>> observe_tail(pipeline& p);
 
 // Checks the tensors of range r where its bytes landed (pipeline_checks.cpp): parses headers,
 // decrypts whole chunks, verifies hashes (split tensors: CRC32 per part, SHA-256 in part order).

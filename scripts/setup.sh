@@ -34,6 +34,8 @@ tensorizer_2121_venv=${TZ_TENSORIZER_2121_VENV:-/opt/tz-peers/tensorizer-2.12.1}
 # sees the base site-packages (torch, numpy, boto3) and adds the streamer, its S3 backend and humanize.
 runai_venv=/opt/tz-peers/runai-0.17
 runai_requirements=("runai-model-streamer==0.17.0" "runai-model-streamer-s3==0.17.1" "humanize")
+# OpenSSF model signing, the reference our signatures interoperate with (tests/signing_interop.sh).
+model_signing_venv=/opt/tz-peers/model-signing-1.1.1
 
 # tensorizer 2.11.1's own S3 upload test (TestS3::test_upload, from its sdist) mocks S3 with moto's
 # mock_s3, which moto 5 removed: moto 4 and that test file sit in directories of their own, which only
@@ -207,6 +209,16 @@ sys.exit(0 if metadata.version("runai-model-streamer") == "0.17.0" else 1)
 PY
 }
 
+# Exits 0 when the model-signing venv runs model_signing 1.1.1.
+model_signing_present() {
+  [ -x "$model_signing_venv/bin/python" ] && "$model_signing_venv/bin/python" - <<'PY' 2>/dev/null
+import sys
+from importlib import metadata
+import model_signing  # noqa: F401
+sys.exit(0 if metadata.version("model-signing") == "1.1.1" else 1)
+PY
+}
+
 start_s=$SECONDS
 if [ "${TZ_SKIP_APT:-0}" = 1 ]; then log "Debian packages: skipped (TZ_SKIP_APT=1)"; else install_debs; fi
 if [ "${TZ_SKIP_PIP:-0}" = 1 ]; then
@@ -220,5 +232,7 @@ else
   # With its dependencies: torch, numpy and boto3 are already satisfied by the base site-packages.
   install_peer_venv "Run:ai Model Streamer 0.17" "$runai_venv" runai_present "cloud_bench.sh leaves it out" \
     "${runai_requirements[@]}"
+  install_peer_venv "model-signing 1.1.1" "$model_signing_venv" model_signing_present "the signing interop test skips" \
+    "model-signing==1.1.1" pyopenssl  # its certificate module imports OpenSSL, which it does not require
 fi
 log "done in $((SECONDS - start_s)) s"

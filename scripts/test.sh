@@ -31,17 +31,17 @@ fi
 # cache, the network clients against the real servers). Not covered: the Python package, the
 # benchmarks and the CLI shell tests, which run the same code from outside.
 address_targets=(base_test crypto_test secretbox_test crc32_kernel_test crc32_emulation_test hash_test format_test safetensors_test shards_test engine_test loader_test partial_load_test cache_test
-                 device_load_emulated_test cuda_emulation_test cuda_emulation_crypt_test cuda_emulation_extents_test cuda_emulation_ready_test ready_test net_test
+                 device_load_emulated_test cuda_emulation_test cuda_emulation_crypt_test cuda_emulation_extents_test cuda_emulation_ready_test ready_test signing_test net_test
                  fuzz_replay_tensors_file fuzz_replay_tensors_prefix fuzz_replay_crypt_info fuzz_replay_safetensors fuzz_replay_shard_index
                  fuzz_replay_s3_xml fuzz_replay_redis_reply fuzz_replay_http_response)
-address_tests='^(base_test|crypto_test|secretbox_test|crc32_kernel_test|crc32_emulation_test|hash_test|format_test|safetensors_test|shards_test|engine_test|loader_test|partial_load_test|cache_test|device_load_emulated_test|cuda_emulation_test|cuda_emulation_crypt_test|cuda_emulation_extents_test|cuda_emulation_ready_test|ready_test|net_test_.*|fuzz_replay_.*)(_reference|_reference_2121)?$'
+address_tests='^(base_test|crypto_test|secretbox_test|crc32_kernel_test|crc32_emulation_test|hash_test|format_test|safetensors_test|shards_test|engine_test|loader_test|partial_load_test|cache_test|device_load_emulated_test|cuda_emulation_test|cuda_emulation_crypt_test|cuda_emulation_extents_test|cuda_emulation_ready_test|ready_test|signing_test|net_test_.*|fuzz_replay_.*)(_reference|_reference_2121)?$'
 # What the TSan pass covers: the code with threads of its own (the scheduler and its io_uring
 # service, the host pipeline's readers and turnstile, the cache's concurrent fill and publisher,
 # the emulated device sink's uploader and completion threads, the network clients' Asio and
 # hiredis threads). The single-threaded parsers
 # are left to the pass above.
-thread_targets=(base_test engine_test loader_test partial_load_test shards_test cache_test device_load_emulated_test cuda_emulation_test cuda_emulation_crypt_test cuda_emulation_extents_test cuda_emulation_ready_test ready_test crc32_emulation_test net_test)
-thread_tests='^(base_test|engine_test|loader_test|partial_load_test|shards_test|cache_test|device_load_emulated_test|cuda_emulation_test|cuda_emulation_crypt_test|cuda_emulation_extents_test|cuda_emulation_ready_test|ready_test|crc32_emulation_test|net_test_.*)(_reference)?$'
+thread_targets=(base_test engine_test loader_test partial_load_test shards_test cache_test device_load_emulated_test cuda_emulation_test cuda_emulation_crypt_test cuda_emulation_extents_test cuda_emulation_ready_test ready_test signing_test crc32_emulation_test net_test)
+thread_tests='^(base_test|engine_test|loader_test|partial_load_test|shards_test|cache_test|device_load_emulated_test|cuda_emulation_test|cuda_emulation_crypt_test|cuda_emulation_extents_test|cuda_emulation_ready_test|ready_test|signing_test|crc32_emulation_test|net_test_.*)(_reference)?$'
 
 phase() { printf '\ntest.sh: == %s (%d s so far)\n' "$*" "$SECONDS"; }
 

@@ -50,3 +50,4 @@ int cmd_convert(int argc, char** argv);
 int cmd_synth(int argc, char** argv);
 int cmd_keygen(int argc, char** argv);
 int cmd_load(int argc, char** argv);
+int cmd_sign(int argc, char** argv);

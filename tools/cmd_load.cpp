@@ -5,6 +5,7 @@
 #include "device_sha256.hpp"
 #include "load_report.hpp"
 #include "remote_args.hpp"
+#include "signing_args.hpp"
 
 #include "tz/base/clock.hpp"
 #include "tz/engine/device_load.hpp"
@@ -223,7 +224,8 @@ std::future<started_context> start_device(const load_args& a, bool verify) {
   });
 }
 
-int run_load(const load_args& a, const remote_options& remote, load_common_options common) {
+int run_load(const load_args& a, const remote_options& remote, load_common_options common,
+             signing::signed_load* signed_model) {
   const auto t0 = std::chrono::steady_clock::now();
   setup_times setup;
   scheduler sched(a.threads);
@@ -247,9 +249,13 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
   for (unsigned k = 0; k < a.repeat; ++k) {
     auto options = common;
     if (k == 0 && !a.trace.empty()) options.trace = std::make_shared<load_trace>();
+    if (k == 0 && signed_model) options.observe = signed_model->observer();  // the first load checks it
     auto r = load_once(sched, *l, a, *which, ctx, options);
     if (tty) std::fputc('\n', stderr);
     if (!r) return cli::fail("load", r.error());
+    if (k == 0 && signed_model) {
+      if (auto same = signed_model->finish(); !same) return cli::fail("load", same.error());
+    }
     if (options.trace) {
       if (auto w = options.trace->write(a.trace); !w) return cli::fail("load", w.error());
     }
@@ -267,9 +273,11 @@ int cmd_load(int argc, char** argv) {
   auto valued = cli::with_remote_valued(
       {"--readers", "--threads", "--device", "--repeat", "--only", "--slots", "--slot-mib", "--streams", "--trace"});
   valued.insert(valued.end(), cli::decrypt_options.begin(), cli::decrypt_options.end());
+  valued.insert(valued.end(), cli::verify_signature_options.begin(), cli::verify_signature_options.end());
   auto a = cli::parse(argc, argv, 2, valued, cli::with_remote_flags({"--verify", "--direct", "--json", "--help", "--device-sha256"}));
   if (!a) return cli::usage_error("load", a.error().message, load_help);
-  if (a->has("--help")) return std::printf("%s%s%s%s", load_help, cli::load_rate_help, cli::model_help, cli::remote_help), 0;
+  if (a->has("--help"))
+    return std::printf("%s%s%s%s%s", load_help, cli::load_rate_help, cli::model_help, cli::remote_help, cli::signature_help), 0;
   auto args = parse_load(*a);
   if (!args) return cli::usage_error("load", args.error().message, load_help);
   auto remote = cli::remote_options_from(*a);
@@ -280,8 +288,15 @@ int cmd_load(int argc, char** argv) {
   common.verify = args->verify;
   common.readers = args->readers;
   common.decryption = std::move(*decryption);
+  std::unique_ptr<signing::signed_load> signed_model;
+  if (a->has("--signature")) {
+    if (args->inputs.size() != 1) return cli::usage_error("load", "--signature checks a model loaded from one file", load_help);
+    auto s = cli::signed_load_from(*a, args->inputs[0]);
+    if (!s) return cli::fail("load", s.error());
+    signed_model = std::move(*s);
+  }
   try {
-    return run_load(*args, *remote, std::move(common));
+    return run_load(*args, *remote, std::move(common), signed_model.get());
   } catch (const std::exception& e) {
     return cli::fail("load", make_error(errc::io, e.what()));
   }

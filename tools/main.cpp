@@ -21,6 +21,7 @@ constexpr command commands[] = {
     {"load", cmd_load, "load every tensor into host memory (or --device cuda:N) and report GB/s"},
     {"synth", cmd_synth, "write a deterministic sample model of a given size"},
     {"keygen", cmd_keygen, "write a new random encryption key file"},
+    {"sign", cmd_sign, "sign a model as OpenSSF model signing does (verify/load --signature check it)"},
 };
 
 void print_help() {

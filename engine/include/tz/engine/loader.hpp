@@ -1,6 +1,7 @@
 // The public loading API: open a .tensors / safetensors source, list its tensors, load them to host.
 #pragma once
 
+#include "tz/base/byte_observer.hpp"
 #include "tz/base/byte_source.hpp"
 #include "tz/base/error.hpp"
 #include "tz/format/encryption.hpp"
@@ -94,6 +95,11 @@ struct load_common_options {
   // and decrypts on the host cores, so that no tensor is handed over before its check.
   std::function<void(const tensor_ready&)> on_tensor_ready;
   bool ready_in_file_order = true;
+  // Sees every byte of the source in file order as the load reads it (a signed model's digests:
+  // signing/): each range before its checks, so the file's own bytes; the bytes no range reads (the
+  // file's prefix, tensors left out) read for it. Ranges then keep file order, and each waits for
+  // its turn, so the load runs no faster than the observer (one core's SHA-256).
+  std::shared_ptr<byte_observer> observe;
 };
 
 // A load into host memory (device_load_options is the device sink's).

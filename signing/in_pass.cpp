@@ -1,0 +1,115 @@
+// Signed loads: the weights file's digests taken from the bytes the load reads (file_digests, a
+// byte_observer the pipeline feeds in file order), the model's other files hashed on a thread beside
+// the load, one comparison at the end (model_signing.hpp).
+#include "tz/signing/model_signing.hpp"
+
+#include "tz/base/posix_io.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace tz::signing {
+namespace fs = std::filesystem;
+
+file_digests::file_digests(std::string name, serialization how) : name_(std::move(name)), how_(std::move(how)) {}
+
+void file_digests::bytes(std::uint64_t offset, std::span<const std::byte> piece) {
+  if (broken_ || offset != at_) {  // the pipeline's contract broken: never let it pass as a match
+    broken_ = true;
+    return;
+  }
+  while (!piece.empty()) {
+    const std::uint64_t room = how_.method == "shards" ? shard_start_ + how_.shard_size - at_ : piece.size();
+    const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(room, piece.size()));
+    hasher_.update(piece.first(take));
+    piece = piece.subspan(take);
+    at_ += take;
+    if (how_.method == "shards" && at_ == shard_start_ + how_.shard_size) finish_shard(at_);
+  }
+}
+
+void file_digests::finish_shard(std::uint64_t end_offset) {
+  const auto d = hasher_.finish();
+  hasher_.reset();
+  std::lock_guard lock(mutex_);
+  digests_[name_ + ":" + std::to_string(shard_start_) + ":" + std::to_string(end_offset)] = d;
+  shard_start_ = end_offset;
+}
+
+void file_digests::end(std::uint64_t size) {
+  if (broken_ || at_ != size) {  // bytes missing (or out of order): no digests, so the check fails
+    broken_ = true;
+    return;
+  }
+  if (how_.method == "shards") {
+    if (at_ > shard_start_) finish_shard(at_);
+  } else {
+    const auto d = hasher_.finish();
+    std::lock_guard lock(mutex_);
+    digests_[name_] = d;
+  }
+  std::lock_guard lock(mutex_);
+  ended_ = true;
+}
+
+std::optional<std::map<std::string, sha256_digest>> file_digests::digests() const {
+  std::lock_guard lock(mutex_);
+  if (!ended_ || broken_) return std::nullopt;
+  return digests_;
+}
+
+namespace {
+
+result<std::string> read_text(const fs::path& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(errc::not_found, std::string(what) + " " + path.string() + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// A one-file model is signed as ".": its manifest's only file.
+bool signs_one_file(const manifest& m) {
+  return !m.digests.empty() && std::all_of(m.digests.begin(), m.digests.end(), [](const auto& d) {
+           return d.first == "." || d.first.rfind(".:", 0) == 0;
+         });
+}
+
+}  // namespace
+
+result<std::unique_ptr<signed_load>> signed_load::open(const fs::path& model, const fs::path& root,
+                                                       const fs::path& signature, const trust& who) {
+  TZ_TRY(bundle, read_text(signature, "signature"));
+  TZ_TRY(expected, verify_bundle(bundle, who, signature.string()));
+  auto s = std::unique_ptr<signed_load>(new signed_load);
+  const fs::path top = !root.empty() ? root : signs_one_file(expected) ? model : model.parent_path().empty() ? fs::path(".") : model.parent_path();
+  TZ_TRY(files, list_model(top, expected.how, signature));
+  std::error_code ec;
+  const auto loaded = fs::weakly_canonical(model, ec);
+  for (auto& f : files) {
+    if (fs::weakly_canonical(f.path, ec) == loaded) s->loaded_name_ = f.name;
+    else s->others_.push_back(std::move(f));
+  }
+  if (s->loaded_name_.empty())
+    return make_error(errc::invalid_argument, model.string() + ": not a file of the signed model at " + top.string());
+  s->expected_ = std::move(expected);
+  s->observer_ = std::make_shared<file_digests>(s->loaded_name_, s->expected_.how);
+  // The files beside the weights (configs, tokenizers) are read once, on a thread of their own.
+  s->others_digests_ = std::async(std::launch::async, [s = s.get()] {
+    return hash_files(s->expected_.model_name, s->others_, s->expected_.how, 1);
+  });
+  return s;
+}
+
+result<void> signed_load::finish() {
+  TZ_TRY(actual, others_digests_.get());
+  const auto seen = observer_->digests();
+  if (!seen) return make_error(errc::hash_mismatch, loaded_name_ + ": the load did not hash every byte of it in order");
+  actual.digests.insert(seen->begin(), seen->end());
+  actual.model_name = expected_.model_name;
+  return compare(expected_, actual);
+}
+
+}  // namespace tz::signing

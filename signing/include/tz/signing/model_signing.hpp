@@ -1,0 +1,125 @@
+// Signed models, as OpenSSF model signing (the `model-signing` package, 1.x) makes and checks them:
+// a Sigstore bundle (v0.3 JSON) holding a DSSE envelope over an in-toto statement whose predicate
+// lists every file of the model, or every shard of each file, with its SHA-256. Signing with an EC
+// key; verifying with the public key or with a certificate chain to a CA the caller gives, offline.
+// A model's bytes are hashed either in a pass of their own (hash_model: `tensorizer sign`/`verify`)
+// or as a load reads them (file_digests, an engine byte_observer: `load --signature`).
+#pragma once
+
+#include "tz/base/byte_observer.hpp"
+#include "tz/base/error.hpp"
+#include "tz/crypto/hash.hpp"
+#include "tz/crypto/signature.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tz::signing {
+
+// How a model became resources (the predicate's "serialization").
+struct serialization {
+  std::string method = "files";  // "files": one resource per file; "shards": per shard_size bytes of each
+  std::uint64_t shard_size = 1'000'000'000;  // model signing's default
+  bool allow_symlinks = false;
+  std::vector<std::string> ignore_paths;  // relative to the model root (a directory ignores what is under it)
+};
+
+// Resource name -> SHA-256. Names: the path relative to the model root ("." for a model that is
+// one file); shards add ":start:end" (end excluded).
+struct manifest {
+  std::string model_name;
+  serialization how;
+  std::map<std::string, sha256_digest> digests;
+};
+
+// Whom a signature must come from: a public key (the key method), or trusted certificates that
+// the signature's chain must reach (the certificate method). Keyless Sigstore signatures are
+// refused: they need Sigstore's trust root and transparency log, which these do not give.
+struct trust {
+  std::optional<ec_key> public_key;
+  std::vector<std::string> certificates;  // DER
+};
+
+// Checks a bundle's signature against `who` and returns the manifest it signs (its root digest
+// checked against its resources). `what` names the signature file in errors.
+result<manifest> verify_bundle(std::string_view bundle_json, const trust& who, const std::string& what);
+
+// A bundle signing `m` with `key`; with `chain` (DER, the signing certificate first) the
+// certificate method, else the key method (the bundle names the key by its SHA-256 hint).
+result<std::string> sign_manifest(const manifest& m, const ec_key& key, std::span<const std::string> chain = {});
+
+// A file of a model on disk, named as a manifest names it.
+struct model_file {
+  std::string name;
+  std::filesystem::path path;
+  std::uint64_t size_bytes = 0;
+};
+
+// The files of the model at `root` (a directory, or one file) that a manifest of `how` covers:
+// every regular file under it except the ignored paths, git's files (.git/, .gitattributes,
+// .github/, .gitignore) and `signature` (the signature file, when it lies inside), sorted by name.
+// A symbolic link is refused unless how.allow_symlinks; anything but files and directories is.
+result<std::vector<model_file>> list_model(const std::filesystem::path& root, const serialization& how,
+                                           const std::filesystem::path& signature);
+
+// Hashes `files` (per how.method) on up to `threads` threads: the N-core pass.
+result<manifest> hash_files(const std::string& model_name, std::span<const model_file> files, const serialization& how,
+                            unsigned threads);
+
+// The model's name as model signing records it: the last component of its path.
+std::string model_name_of(const std::filesystem::path& root);
+
+// Fails unless `actual` holds exactly `expected`'s resources with the same digests, naming the
+// first missing, extra or different resource (and both digests), as model signing's verify does.
+result<void> compare(const manifest& expected, const manifest& actual);
+
+// The digests of one file of a model taken as a load reads it (a byte_observer): SHA-256 of the
+// whole file, or of each shard. Thread-safe to read after the load.
+class file_digests final : public byte_observer {
+ public:
+  file_digests(std::string name, serialization how);
+  void bytes(std::uint64_t offset, std::span<const std::byte> piece) override;
+  void end(std::uint64_t size) override;
+  // The resources seen, once end() was called after every byte in order; nullopt otherwise.
+  std::optional<std::map<std::string, sha256_digest>> digests() const;
+
+ private:
+  void finish_shard(std::uint64_t end_offset);
+  std::string name_;
+  serialization how_;
+  sha256_hasher hasher_;
+  std::uint64_t shard_start_ = 0, at_ = 0;
+  bool ended_ = false, broken_ = false;
+  mutable std::mutex mutex_;
+  std::map<std::string, sha256_digest> digests_;
+};
+
+// A signed load's check: the signature verified up front, the model's other files hashed beside
+// the load, the loaded file's digests taken in the load (observer()); finish() compares them all.
+class signed_load {
+ public:
+  // `model` is the weights file a load reads; the model is its directory unless `root` names one
+  // (a file of one-file models: then root == model).
+  static result<std::unique_ptr<signed_load>> open(const std::filesystem::path& model, const std::filesystem::path& root,
+                                                   const std::filesystem::path& signature, const trust& who);
+  std::shared_ptr<byte_observer> observer() const { return observer_; }
+  // After the load: every digest matched, or an error naming the file and both digests.
+  result<void> finish();
+
+ private:
+  manifest expected_;
+  std::string loaded_name_;
+  std::shared_ptr<file_digests> observer_;
+  std::vector<model_file> others_;
+  std::future<result<manifest>> others_digests_;
+};
+
+}  // namespace tz::signing
