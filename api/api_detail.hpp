@@ -10,6 +10,7 @@
 #include "tz/engine/load_trace.hpp"
 #include "tz/engine/loader.hpp"
 #include "tz/engine/scheduler.hpp"
+#include "tz/signing/model_signing.hpp"
 #include "tz/sources/sources.hpp"
 
 #include <exception>
@@ -84,18 +85,31 @@ tz::load_options load_options_from(const options& o);
 // Hands the tensors of a load of `m` to m.opts.on_tensor as they land (when set): fills `l`'s
 // on_tensor_ready. `device`: -1 for host loads.
 void hand_over_tensors(tz::load_common_options& l, const model::impl& m, int device);
-// Runs one load with `l` (made by load_options_from) and, when o.trace_file is set, writes the
-// timeline `l` recorded there, also after a failed load. A failure to write fails a load that
-// succeeded.
+// The signature check of one load of the model at `path` (o.signature_file): the signature
+// verified, its observer set in `l`; null when o asks for none.
+tz::result<std::unique_ptr<tz::signing::signed_load>> check_signature(const options& o, const std::string& path,
+                                                                      tz::load_common_options& l);
+
+// Runs one load of the model at `path` with `l` (made by load_options_from): with o's signature
+// checked in the load's pass (a load whose model does not match it fails), and, when o.trace_file
+// is set, the timeline `l` recorded written there, also after a failed load. A failure to write
+// fails a load that succeeded.
 template <class Load>
-auto traced(const options& o, const tz::load_common_options& l, Load&& load) -> decltype(load()) {
+auto run_load(const options& o, const std::string& path, tz::load_common_options& l, Load&& load) -> decltype(load()) {
+  using out_type = decltype(load());
+  auto failed = [](const tz::error& e) -> out_type {
+    if constexpr (std::is_constructible_v<out_type, tz::error>) return out_type(e);
+    else return from_tz(e);
+  };
+  auto signature = check_signature(o, path, l);
+  if (!signature) return failed(signature.error());
   auto out = load();
   if (l.trace) {
     auto written = l.trace->write(o.trace_file);
-    if (!written && out) {
-      if constexpr (std::is_constructible_v<decltype(out), tz::error>) return decltype(out)(written.error());
-      else return from_tz(written.error());
-    }
+    if (!written && out) return failed(written.error());
+  }
+  if (out && *signature) {
+    if (auto same = (*signature)->finish(); !same) return failed(same.error());
   }
   return out;
 }

@@ -71,6 +71,16 @@ tz_status tz_options_set_trace(tz_options* options, const char* path) {
   return TZ_OK;
 }
 
+tz_status tz_options_set_signature(tz_options* options, const char* signature, const char* public_key,
+                                   const char* certificate_chain, const char* model_root) {
+  TZ_C_REQUIRE(options, "tz_options_set_signature");
+  options->o.signature_file = signature ? signature : "";
+  options->o.signature_public_key_file = public_key ? public_key : "";
+  options->o.signature_certificate_chain_file = certificate_chain ? certificate_chain : "";
+  options->o.signature_model_root = model_root ? model_root : "";
+  return TZ_OK;
+}
+
 tz_status tz_options_set_decryption_key(tz_options* options, const uint8_t* key, size_t key_bytes) {
   TZ_C_REQUIRE(options && key, "tz_options_set_decryption_key");
   return guarded("tz_options_set_decryption_key", [&] {

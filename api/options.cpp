@@ -106,6 +106,16 @@ tz::load_options load_options_from(const options& o) {
   return l;
 }
 
+tz::result<std::unique_ptr<tz::signing::signed_load>> check_signature(const options& o, const std::string& path,
+                                                                      tz::load_common_options& l) {
+  if (o.signature_file.empty()) return std::unique_ptr<tz::signing::signed_load>();
+  auto who = tz::signing::trust_from_files(o.signature_public_key_file, o.signature_certificate_chain_file);
+  if (!who) return who.error();
+  auto check = tz::signing::signed_load::open(path, o.signature_model_root, o.signature_file, *who);
+  if (check) l.observe = (*check)->observer();
+  return check;
+}
+
 void hand_over_tensors(tz::load_common_options& l, const model::impl& m, int device) {
   if (!m.opts.on_tensor) return;
   l.ready_in_file_order = m.opts.on_tensor_in_file_order;

@@ -62,14 +62,6 @@ std::optional<std::map<std::string, sha256_digest>> file_digests::digests() cons
 
 namespace {
 
-result<std::string> read_text(const fs::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(errc::not_found, std::string(what) + " " + path.string() + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // A one-file model is signed as ".": its manifest's only file.
 bool signs_one_file(const manifest& m) {
   return !m.digests.empty() && std::all_of(m.digests.begin(), m.digests.end(), [](const auto& d) {
@@ -79,9 +71,38 @@ bool signs_one_file(const manifest& m) {
 
 }  // namespace
 
+result<std::string> read_small_file(const fs::path& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(errc::not_found, std::string(what) + " " + path.string() + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().size() > (64u << 20)) return make_error(errc::invalid_argument, std::string(what) + " " + path.string() + ": over 64 MiB");
+  return text.str();
+}
+
+result<trust> trust_from_files(const std::string& public_key_path, const std::string& certificate_chain_path) {
+  trust who;
+  if (!public_key_path.empty()) {
+    TZ_TRY(pem, read_small_file(public_key_path, "public key"));
+    TZ_TRY(key, ec_key::public_from_pem(pem, "public key " + public_key_path));
+    who.public_key = std::move(key);
+  }
+  if (!certificate_chain_path.empty()) {
+    TZ_TRY(pem, read_small_file(certificate_chain_path, "certificate chain"));
+    TZ_TRY(ders, pem_certificates_to_der(pem, "certificate chain " + certificate_chain_path));
+    who.certificates = std::move(ders);
+  }
+  if (!who.public_key && who.certificates.empty())
+    return make_error(errc::invalid_argument, "a signature check needs the signer's public key or a trusted certificate chain");
+  return who;
+}
+
 result<std::unique_ptr<signed_load>> signed_load::open(const fs::path& model, const fs::path& root,
                                                        const fs::path& signature, const trust& who) {
-  TZ_TRY(bundle, read_text(signature, "signature"));
+  if (model.string().find("://") != std::string::npos)
+    return make_error(errc::unsupported, model.string() + ": a signature is checked for local models only (a remote "
+                                                          "model's other files cannot be listed)");
+  TZ_TRY(bundle, read_small_file(signature, "signature"));
   TZ_TRY(expected, verify_bundle(bundle, who, signature.string()));
   auto s = std::unique_ptr<signed_load>(new signed_load);
   const fs::path top = !root.empty() ? root : signs_one_file(expected) ? model : model.parent_path().empty() ? fs::path(".") : model.parent_path();

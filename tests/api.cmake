@@ -9,7 +9,7 @@ endif()
 # The models these tests read, written by the project's writers (tests/api_test_files.hpp).
 set(tz_api_files_dir ${CMAKE_BINARY_DIR}/api_files)
 add_executable(api_files ${CMAKE_CURRENT_LIST_DIR}/api_files.cpp)
-target_link_libraries(api_files PRIVATE tensorizer::tensorizer tz::format tz::crypto)
+target_link_libraries(api_files PRIVATE tensorizer::tensorizer tz::format tz::crypto tz::signing)
 tz_target_defaults(api_files)
 add_test(NAME api_files COMMAND api_files ${tz_api_files_dir})
 set_tests_properties(api_files PROPERTIES FIXTURES_SETUP tz_api_files)
@@ -33,9 +33,9 @@ tz_target_defaults(tz_test_device_access)
 # (device loads read back) runs as api_test_gpu, skipped (77) before any case runs without a GPU.
 # Its sources serve api_emulated_test too (tests/cuda_emulation.cmake).
 tz_add_doctest_objects(tz_api_test_objects SOURCES ${CMAKE_CURRENT_LIST_DIR}/api_test.cpp
-                       LIBS tensorizer::tensorizer tz::format tz::crypto tz_test_device_access)
+                       LIBS tensorizer::tensorizer tz::format tz::crypto tz::signing tz_test_device_access)
 tz_add_doctest(api_test SOURCES $<TARGET_OBJECTS:tz_api_test_objects>
-               LIBS tensorizer::tensorizer tz::format tz::crypto tz_test_device_access EXCLUDE http gpu)
+               LIBS tensorizer::tensorizer tz::format tz::crypto tz::signing tz_test_device_access EXCLUDE http gpu)
 add_test(NAME api_test_gpu COMMAND api_test --test-suite=gpu)
 set_tests_properties(api_test_gpu PROPERTIES SKIP_RETURN_CODE 77)
 

@@ -12,6 +12,7 @@
 #include "tz/format/shard_index.hpp"
 #include "tz/format/writer.hpp"
 #include "tz/crypto/sodium.hpp"
+#include "tz/signing/model_signing.hpp"
 
 #include <array>
 #include <cstdint>
@@ -74,6 +75,32 @@ inline void corrupt_b(const std::string& plain, const std::string& out, std::uin
 }
 
 // Writes every file but corrupt.tensors (which needs "b"'s offset: see corrupt_b). Throws on failure.
+// A signed model: signed/ (plain.tensors as model.tensors, a config.json), its signature
+// signed.sig and the signer's key signed.pub (a test key), and signed_changed/, the same model with
+// another config.json. For the signature options of the C ABI and the facade.
+inline void write_signed_model(const std::string& dir) {
+  constexpr const char* test_key =
+      "-----BEGIN PRIVATE KEY-----\n"
+      "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgKM8ZMjAT8fpEGZhq\n"
+      "/nfLLhwMRk7Aq3uKnaWD4EvpvHWhRANCAAQUajffroyayDPP+Y7Ksyb68ikika8c\n"
+      "msSBrnd6mRr1YVejOtQTnnkcaMRiCadyVt4sn9fEskJTpxPonD09saAA\n"
+      "-----END PRIVATE KEY-----\n";
+  namespace fs = std::filesystem;
+  for (const char* d : {"/signed", "/signed_changed"}) {
+    fs::create_directories(dir + d);
+    fs::copy_file(dir + "/plain.tensors", dir + d + "/model.tensors", fs::copy_options::overwrite_existing);
+  }
+  std::ofstream(dir + "/signed/config.json") << "{\"architectures\": [\"Test\"]}\n";
+  std::ofstream(dir + "/signed_changed/config.json") << "{\"architectures\": [\"Other\"]}\n";
+  auto key = checked(tz::ec_key::private_from_pem(test_key, "test key"), "key");
+  tz::signing::serialization how;
+  auto files = checked(tz::signing::list_model(dir + "/signed", how, dir + "/signed.sig"), "list");
+  auto m = checked(tz::signing::hash_files("signed", files, how, 1), "hash");
+  auto bundle = checked(tz::signing::sign_manifest(m, key), "sign");
+  std::ofstream(dir + "/signed.sig") << bundle;
+  std::ofstream(dir + "/signed.pub") << key.public_pem();
+}
+
 inline void write_api_test_files(const std::string& dir) {
   write_tensors_file(dir + "/plain.tensors", nullptr);
   auto k = api_test_key();
@@ -98,6 +125,7 @@ inline void write_api_test_files(const std::string& dir) {
   }
   const auto json = checked(tz::format::write_shard_index_json(index), "index");
   std::ofstream(dir + "/sharded/model.safetensors.index.json") << json;
+  write_signed_model(dir);
 }
 
 }  // namespace tz_test

@@ -293,6 +293,39 @@ static void test_on_tensor(int device) {
   tz_options_free(o);
 }
 
+/* A signed model loads with its signature checked; a changed config.json beside the weights fails the
+ * load naming it; the wrong key fails it as a crypto error; a missing signature names its path. */
+static void test_signature(void) {
+  tz_model* m = NULL;
+  tz_host_tensors* h = NULL;
+  tz_options* o = tz_options_new();
+  char sig[4200], pub[4200], wrong[4200];
+  snprintf(sig, sizeof sig, "%s", path("signed.sig"));
+  snprintf(pub, sizeof pub, "%s", path("signed.pub"));
+  snprintf(wrong, sizeof wrong, "%s", path("key.tensors")); /* not a PEM key */
+  CHECK(tz_options_set_signature(NULL, sig, pub, NULL, NULL) == TZ_ERR_INVALID_ARGUMENT);
+  CHECK(tz_options_set_signature(o, sig, pub, NULL, NULL) == TZ_OK);
+  CHECK(tz_model_open(path("signed/model.tensors"), o, &m) == TZ_OK);
+  CHECK(tz_model_load(m, NULL, 0, &h) == TZ_OK && host_load_matches(h));
+  tz_host_tensors_free(h);
+  h = NULL;
+  tz_model_free(m);
+  CHECK(tz_model_open(path("signed_changed/model.tensors"), o, &m) == TZ_OK);
+  CHECK(tz_model_load(m, NULL, 0, &h) == TZ_ERR_HASH_MISMATCH && h == NULL);
+  CHECK(strstr(tz_last_error_message(), "config.json") != NULL);
+  tz_model_free(m);
+  CHECK(tz_options_set_signature(o, sig, wrong, NULL, NULL) == TZ_OK);
+  CHECK(tz_model_open(path("signed/model.tensors"), o, &m) == TZ_OK);
+  CHECK(tz_model_load(m, NULL, 0, &h) != TZ_OK && h == NULL);
+  CHECK(strstr(tz_last_error_message(), "key.tensors") != NULL);
+  tz_model_free(m);
+  CHECK(tz_options_set_signature(o, path("missing.sig"), pub, NULL, NULL) == TZ_OK);
+  CHECK(tz_model_open(path("signed/model.tensors"), o, &m) == TZ_OK);
+  CHECK(tz_model_load(m, NULL, 0, &h) == TZ_ERR_NOT_FOUND && strstr(tz_last_error_message(), "missing.sig") != NULL);
+  tz_model_free(m);
+  tz_options_free(o);
+}
+
 static void test_device_loads(void) {
   tz_model* m = NULL;
   tz_device_tensors* d = NULL;
@@ -438,6 +471,7 @@ int main(int argc, char** argv) {
   test_device_errors();
   test_on_tensor(-1);
   test_trace(0);
+  test_signature();
   if (failures) return fprintf(stderr, "%d check(s) failed\n", failures), 1;
   printf("c_api_test: all checks passed\n");
   return 0;

@@ -79,7 +79,7 @@ if(TARGET tensorizer_shared)
   tz_target_defaults(tensorizer_api_emulated)
 
   tz_add_doctest(api_emulated_test SOURCES $<TARGET_OBJECTS:tz_api_test_objects>
-                 LIBS tensorizer_api_emulated tz::format tz::crypto EXCLUDE http)
+                 LIBS tensorizer_api_emulated tz::format tz::crypto tz::signing EXCLUDE http)
 
   add_executable(c_api_emulated_test ${CMAKE_CURRENT_LIST_DIR}/c_api_test.c)
   set_target_properties(c_api_emulated_test PROPERTIES LINKER_LANGUAGE C)

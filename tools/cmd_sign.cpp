@@ -40,14 +40,14 @@ result<std::vector<std::string>> chain_from(const cli::args& a, const ec_key& ke
   std::vector<std::string> chain;
   auto cert = a.get("--signing-certificate");
   if (!cert) return chain;
-  TZ_TRY(pem, cli::read_small_file(*cert, "signing certificate"));
+  TZ_TRY(pem, signing::read_small_file(*cert, "signing certificate"));
   TZ_TRY(ders, pem_certificates_to_der(pem, "signing certificate " + *cert));
   TZ_TRY(cert_key, certificate_public_key(ders[0], "signing certificate " + *cert));
   if (!cert_key.same_public_key(key))
     return make_error(errc::invalid_argument, "signing certificate " + *cert + ": its public key is not the private key's");
   chain.push_back(ders[0]);
   if (auto more = a.get("--certificate-chain")) {
-    TZ_TRY(pem_chain, cli::read_small_file(*more, "certificate chain"));
+    TZ_TRY(pem_chain, signing::read_small_file(*more, "certificate chain"));
     TZ_TRY(rest, pem_certificates_to_der(pem_chain, "certificate chain " + *more));
     chain.insert(chain.end(), rest.begin(), rest.end());
   }
@@ -74,7 +74,7 @@ result<signing::serialization> serialization_from(const cli::args& a, const std:
 }
 
 result<std::string> sign_model(const cli::args& a, const std::string& model, const std::string& out, unsigned threads) {
-  TZ_TRY(pem, cli::read_small_file(*a.get("--private-key"), "private key"));
+  TZ_TRY(pem, signing::read_small_file(*a.get("--private-key"), "private key"));
   TZ_TRY(key, ec_key::private_from_pem(pem, "private key " + *a.get("--private-key")));
   TZ_TRY(chain, chain_from(a, key));
   TZ_TRY(how, serialization_from(a, model, out));

@@ -27,7 +27,7 @@ int verify_signature(const cli::args& a) {
   const std::string model = a.positional[0], sig = *a.get("--signature");
   auto who = cli::trust_from(a);
   if (!who) return cli::fail("verify", who.error());
-  auto bundle = cli::read_small_file(sig, "signature");
+  auto bundle = signing::read_small_file(sig, "signature");
   if (!bundle) return cli::fail("verify", bundle.error());
   auto expected = signing::verify_bundle(*bundle, *who, sig);
   if (!expected) return cli::fail("verify", expected.error());

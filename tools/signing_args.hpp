@@ -32,7 +32,4 @@ result<signing::trust> trust_from(const args& a);
 // For load --signature: the check of `model`'s signature, its observer set in the load's options.
 result<std::unique_ptr<signing::signed_load>> signed_load_from(const args& a, const std::string& model);
 
-// Reads a whole (small) file: keys, certificates, signatures.
-result<std::string> read_small_file(const std::string& path, const char* what);
-
 }  // namespace tz::cli

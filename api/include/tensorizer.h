@@ -121,6 +121,14 @@ tz_status tz_options_set_verify(tz_options* options, int verify);
  * (ui.perfetto.dev opens it), replacing an earlier load's; NULL or "": no trace. A load whose
  * trace cannot be written fails with the write's error (TZ_ERR_NOT_FOUND: no such directory). */
 tz_status tz_options_set_trace(tz_options* options, const char* path);
+/* Signed models (OpenSSF model signing): every load checks `signature` (a path) in its own pass and
+ * fails unless every file of the model matches it (TZ_ERR_HASH_MISMATCH naming the file and both
+ * digests; TZ_ERR_CRYPTO for a signature that does not verify). Who signed: `public_key` (a PEM
+ * file) or `certificate_chain` (trusted PEM certificates); either may be NULL, not both.
+ * `model_root`: the signed model's directory (NULL: the loaded file's, or the file alone when the
+ * signature covers one file). signature NULL or "": no check. Local models only. */
+tz_status tz_options_set_signature(tz_options* options, const char* signature, const char* public_key,
+                                   const char* certificate_chain, const char* model_root);
 /* Decrypt with exactly 32 key bytes. The key is copied into locked memory that is zeroed when the
  * last user is freed; the caller may wipe `key` when this returns. TZ_ERR_INVALID_ARGUMENT for
  * another length. Replaces an earlier key or passphrase. */

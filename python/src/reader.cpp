@@ -9,8 +9,11 @@
 #include "tz/format/tensor_path.hpp"
 #include "tz/engine/load_trace.hpp"
 #include "tz/engine/loader.hpp"
+#include "tz/signing/model_signing.hpp"
 
 #include <pybind11/stl.h>
+
+#include <tuple>
 
 namespace tz::py {
 
@@ -191,10 +194,24 @@ std::shared_ptr<loaded_handle> load_device(reader_handle& r, std::vector<std::si
   return h;
 }
 
-// One load; with a `trace` path its timeline is written there (also when the load failed).
+// (model, signature, public key, certificate chain, model root): tensorizer.signing.ModelSignature.
+using signature_args = std::tuple<std::string, std::string, std::string, std::string, std::string>;
+
+// A signed load's check (signing/): the signature verified now, its observer set in `o`.
+std::unique_ptr<signing::signed_load> check_signature(const std::optional<signature_args>& s, load_options& o) {
+  if (!s) return nullptr;
+  const auto& [model, sig, key, chain, root] = *s;
+  auto who = take(signing::trust_from_files(key, chain));
+  auto check = take(signing::signed_load::open(model, root, sig, who));
+  o.observe = check->observer();
+  return check;
+}
+
+// One load; with a `trace` path its timeline is written there (also when the load failed); with a
+// `signature`, nothing is returned unless the model matches it.
 std::shared_ptr<loaded_handle> load(reader_handle& r, std::optional<std::vector<std::size_t>> which, bool verify,
                                     unsigned readers, std::shared_ptr<decryption_keys> keys, int device, bool one,
-                                    const std::optional<std::string>& trace) {
+                                    const std::optional<std::string>& trace, const std::optional<signature_args>& signature) {
   open_reader(r);
   auto indices = checked_indices(r, which);
   load_options o;
@@ -202,6 +219,7 @@ std::shared_ptr<loaded_handle> load(reader_handle& r, std::optional<std::vector<
   o.readers = readers;
   if (keys) o.decryption = keys->decryption;
   if (trace && !trace->empty()) o.trace = std::make_shared<load_trace>();
+  auto signed_check = check_signature(signature, o);
   std::shared_ptr<loaded_handle> h;
   try {
     h = device < 0 ? load_host(r, std::move(indices), o, one) : load_device(r, std::move(indices), o, device);
@@ -210,6 +228,10 @@ std::shared_ptr<loaded_handle> load(reader_handle& r, std::optional<std::vector<
     throw;
   }
   if (o.trace) take(o.trace->write(*trace));
+  if (signed_check) {
+    pyb::gil_scoped_release release;  // the files beside the weights may still be hashing
+    take(signed_check->finish());
+  }
   return h;
 }
 
@@ -338,21 +360,25 @@ void add_reader_loads(reader_class& c) {
       .def(
           "load",
           [](reader_handle& r, std::optional<std::vector<std::size_t>> which, bool verify, unsigned readers,
-             std::shared_ptr<decryption_keys> decryption, int device, std::optional<std::string> trace) {
-            return load(r, std::move(which), verify, readers, std::move(decryption), device, false, trace);
+             std::shared_ptr<decryption_keys> decryption, int device, std::optional<std::string> trace,
+             std::optional<signature_args> signature) {
+            return load(r, std::move(which), verify, readers, std::move(decryption), device, false, trace, signature);
           },
           pyb::arg("indices") = pyb::none(), pyb::kw_only(), pyb::arg("verify") = false, pyb::arg("readers") = 0u,
           pyb::arg("decryption") = pyb::none(), pyb::arg("device") = -1, pyb::arg("trace") = pyb::none(),
+          pyb::arg("signature") = pyb::none(),
           "Loads the tensors at `indices` (None: all) into host memory or onto CUDA device `device`; "
-          "`trace`: a path where the load's timeline is written as Chrome trace-event JSON.")
+          "`trace`: a path where the load's timeline is written as Chrome trace-event JSON; `signature`: "
+          "(model, signature, public key, certificate chain, model root) checked in the load's pass.")
       .def(
           "load_one",
           [](reader_handle& r, std::size_t index, bool verify, std::shared_ptr<decryption_keys> decryption, int device,
-             std::optional<std::string> trace) {
-            return load(r, std::vector<std::size_t>{index}, verify, 0, std::move(decryption), device, device < 0, trace);
+             std::optional<std::string> trace, std::optional<signature_args> signature) {
+            return load(r, std::vector<std::size_t>{index}, verify, 0, std::move(decryption), device, device < 0, trace,
+                        signature);
           },
           pyb::arg("index"), pyb::kw_only(), pyb::arg("verify") = false, pyb::arg("decryption") = pyb::none(),
-          pyb::arg("device") = -1, pyb::arg("trace") = pyb::none())
+          pyb::arg("device") = -1, pyb::arg("trace") = pyb::none(), pyb::arg("signature") = pyb::none())
       .def("close",
            [](reader_handle& r) {
              r.opened.reset();

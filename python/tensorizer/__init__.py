@@ -47,8 +47,9 @@ _FROM_MODULE = {
     "FilterFuncType": ".serialization",
     "EncryptionParams": "._crypt",
     "DecryptionParams": "._crypt",
+    "ModelSignature": ".signing",  # beyond 2.11.1: signed models
 }
-_SUBMODULES = ("serialization", "stream_io", "torch_compat", "utils", "protobuf", "tensors_pb2")
+_SUBMODULES = ("serialization", "stream_io", "torch_compat", "utils", "protobuf", "tensors_pb2", "signing")
 # Internal modules that 2.11.1's `import tensorizer` imports too, so `tensorizer._crypt.available`
 # and the like work without importing them first.
 _SUBMODULES += ("_crypt", "_syscalls", "_version")
@@ -56,6 +57,7 @@ _SUBMODULES += ("_crypt", "_syscalls", "_version")
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time these come from __getattr__
     from . import protobuf, serialization, stream_io, tensors_pb2, torch_compat, utils
     from ._crypt import DecryptionParams, EncryptionParams
+    from .signing import ModelSignature
     from .serialization import CryptographyError, FilterFuncType, HashMismatchError, TensorDeserializer, TensorSerializer, TensorType
 
 

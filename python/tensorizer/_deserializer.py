@@ -29,6 +29,25 @@ from ._types import FilterFuncType, TensorType, _TensorPathComponent
 # TensorDeserializer
 
 
+def _signature_args(signature, file_obj):
+    """The engine's signature arguments for `file_obj`, or None; ValueError for what cannot be checked."""
+    if signature is None:
+        return None
+    from .signing import ModelSignature
+
+    if not isinstance(signature, ModelSignature):
+        raise TypeError(f"signature must be a tensorizer.signing.ModelSignature, not {type(signature).__name__}")
+    path = None
+    if isinstance(file_obj, (str, bytes, os.PathLike)):
+        path = os.fsdecode(file_obj)
+    elif isinstance(getattr(file_obj, "name", None), (str, bytes)):
+        path = os.fsdecode(file_obj.name)
+    if path is None or "://" in path or not os.path.isfile(path):
+        raise ValueError("signature: the model must be a local file (a path, or a file opened from one); "
+                         f"got {file_obj!r}")
+    return signature._engine_args(path)
+
+
 class TensorDeserializer(_DeserializerCore, collections.abc.Mapping, contextlib.AbstractContextManager):
     """Reads a ``.tensors`` file (or a safetensors file) into PyTorch tensors.
 
@@ -75,6 +94,12 @@ class TensorDeserializer(_DeserializerCore, collections.abc.Mapping, contextlib.
             trace-event JSON (open it in ui.perfetto.dev): per range its read, check and upload
             spans, ring waits, the device allocation, the first copy done. A later load of the
             same deserializer (lazy loads) replaces the file.
+        signature: (beyond 2.11.1) a ``tensorizer.signing.ModelSignature``: the first load checks
+            the model's OpenSSF model signature in its own pass (the file as it is read, the
+            model's other files beside it; every byte of the file even when loading a few
+            tensors) and raises ``HashMismatchError`` or ``CryptographyError`` instead of returning
+            tensors from a model that does not match. ``file_obj`` must be a local path or a
+            file opened from one.
 
     Returned tensors are ``torch.nn.Parameter`` objects, with ``requires_grad`` for floating
     and complex dtypes. On the CPU they share memory with the engine's load buffer (no copy).
@@ -99,8 +124,10 @@ class TensorDeserializer(_DeserializerCore, collections.abc.Mapping, contextlib.
         process_group=None,
         slices=None,
         trace_file: Optional[str] = None,
+        signature=None,
     ):
         self._reader = None
+        self._signature = _signature_args(signature, file_obj)
         # Load-latency research (ours, not 2.11.1's): each engine load writes its timeline here as
         # Chrome trace-event JSON (ui.perfetto.dev), replacing an earlier load's.
         self._trace_file = None if trace_file is None else os.fspath(trace_file)
@@ -117,6 +144,9 @@ class TensorDeserializer(_DeserializerCore, collections.abc.Mapping, contextlib.
         self._status_exchanged = False
         self.distributed_stats: Dict[str, float] = {}
         try:
+            if self._signature is not None and (process_group is not None or self._slices):
+                raise ValueError("signature is not checked with process_group or slices: verify the model first "
+                                 "(`tensorizer verify --signature`)")
             if (process_group is not None or self._slices) and lazy_load:
                 raise ValueError("process_group and slices need an eager load (lazy_load=False)")
             self._init(
@@ -328,7 +358,12 @@ class TensorDeserializer(_DeserializerCore, collections.abc.Mapping, contextlib.
         wants), or as each completes with ``in_file_order=False``; tensors already loaded come
         first. On a CUDA device a tensor is yielded once its copy completed, so no stream has to
         wait for it. A failure raises after the tensors handed over before it, which stay valid
-        and unchanged. Every tensor is also kept: ``d[name]`` afterwards reads nothing."""
+        and unchanged. Every tensor is also kept: ``d[name]`` afterwards reads nothing.
+        ``ValueError`` while a ``signature`` is not checked yet: a stream would hand over tensors
+        before the model's last byte was hashed."""
+        if self._signature is not None:
+            raise ValueError("stream() hands tensors over before the signature can be checked: load the model "
+                             "(or one tensor of it) first, which checks the signature")
         verify = self._verify_hash if verify_hash is None else bool(verify_hash)
         indices = [
             i for i in self._selected if filter_func is None or filter_func(_public_name(self._paths[i]))

@@ -252,6 +252,8 @@ class _DeserializerCore:
         kwargs = {"verify": bool(verify), "decryption": self._decryption, "trace": self._trace_file}
         if dev >= 0:
             kwargs["device"] = dev
+        if self._signature is not None:  # the first load checks it: it hashes every byte of the file
+            kwargs["signature"] = self._signature
         if len(todo) == 1:
             loaded = reader.load_one(todo[0], **kwargs)
         else:
@@ -259,6 +261,7 @@ class _DeserializerCore:
                 list(todo), readers=self._num_readers or 0, **kwargs
             )
         self._note_timings(loaded)
+        self._signature = None  # checked: the model matched its signature
         if verify:
             self._check_replaced_hashes(loaded.indices)
         on_device = dev >= 0

@@ -199,6 +199,16 @@ struct options {
   std::function<void(const ready_tensor&)> on_tensor;
   bool on_tensor_in_file_order = true;
 
+  // Signed models (OpenSSF model signing, as `model_signing sign` or `tensorizer sign` make them):
+  // every load of a model opened from a local file checks this signature in the load's own pass -
+  // the loaded file hashed as it is read, the model's other files (configs, tokenizers) beside it -
+  // and fails (errc::hash_mismatch, naming the file and both digests; errc::crypto for a signature
+  // that does not verify) unless every file of the model matches. Who signed: the PEM public key
+  // (key signatures) or trusted PEM certificates the signing certificate must chain to. The model is
+  // the loaded file's directory, or the file alone when the signature covers one file, or
+  // signature_model_root. Keyless Sigstore signatures are refused (errc::unsupported).
+  std::string signature_file, signature_public_key_file, signature_certificate_chain_file, signature_model_root;
+
   // Load-latency research: every load writes its timeline to this file as Chrome trace-event JSON
   // (open it in ui.perfetto.dev), replacing what an earlier load wrote; per range its read, check
   // and upload spans, ring waits, the device allocation, the first copy done. Empty: no trace.

@@ -48,6 +48,13 @@ struct trust {
   std::vector<std::string> certificates;  // DER
 };
 
+// Who must have signed, from PEM files: a public key, or trusted certificates (every one in the
+// file); either path may be empty, not both. Errors name the file.
+result<trust> trust_from_files(const std::string& public_key_path, const std::string& certificate_chain_path);
+
+// A whole small file (a key, certificates, a signature: at most 64 MiB). `what` names it in errors.
+result<std::string> read_small_file(const std::filesystem::path& path, const char* what);
+
 // Checks a bundle's signature against `who` and returns the manifest it signs (its root digest
 // checked against its resources). `what` names the signature file in errors.
 result<manifest> verify_bundle(std::string_view bundle_json, const trust& who, const std::string& what);
@@ -106,8 +113,9 @@ class file_digests final : public byte_observer {
 // the load, the loaded file's digests taken in the load (observer()); finish() compares them all.
 class signed_load {
  public:
-  // `model` is the weights file a load reads; the model is its directory unless `root` names one
-  // (a file of one-file models: then root == model).
+  // `model` is the weights file a load reads (a local path: a remote model's other files cannot be
+  // listed); the model is its directory unless `root` names one, or the file alone when the
+  // signature covers one file.
   static result<std::unique_ptr<signed_load>> open(const std::filesystem::path& model, const std::filesystem::path& root,
                                                    const std::filesystem::path& signature, const trust& who);
   std::shared_ptr<byte_observer> observer() const { return observer_; }
