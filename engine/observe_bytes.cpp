@@ -1,7 +1,9 @@
 // Observed loads (load_common_options::observe): every byte of the source reaches the observer once,
-// in file order. Ranges take turns in plan order (file order: prepare_plan keeps it for them); each
-// first reads for the observer what lies between the previous range and itself, then hands over its
-// own bytes where they landed, before the checks decrypt them in place.
+// in file order within each of its chains (one chain: the whole file; model signing's shards: one
+// per shard, hashed side by side). Ranges take turns in their chain; each first reads for the
+// observer what lies between the chain's previous range and itself, then hands over its own bytes
+// where they landed (up to its chain's end: the next chain reads the rest itself), before the checks
+// decrypt them in place.
 #include "pipeline.hpp"
 
 #include <algorithm>
@@ -11,51 +13,101 @@ namespace {
 
 constexpr std::uint64_t gap_piece_bytes = 8 << 20;
 
-// Reads [p.observed->at, until) from the source in pieces and hands them over.
-task<result<void>> observe_gap(pipeline& p, std::uint64_t until) {
-  auto& o = *p.observed;
-  while (o.at < until) {
-    const auto n = static_cast<std::size_t>(std::min(gap_piece_bytes, until - o.at));
-    o.gap.resize(std::max(o.gap.size(), n));
-    std::span<std::byte> piece[1] = {std::span(o.gap.data(), n)};
-    TZ_CO_CHECK(co_await p.source->read(o.at, piece));
-    p.options->observe->bytes(o.at, piece[0]);
-    o.at += n;
+// Reads [c.at, until) from the source in pieces and hands them over.
+task<result<void>> observe_gap(pipeline& p, observed_bytes::chain& c, std::uint64_t until) {
+  while (c.at < until) {
+    const auto n = static_cast<std::size_t>(std::min(gap_piece_bytes, until - c.at));
+    c.gap.resize(std::max(c.gap.size(), n));
+    std::span<std::byte> piece[1] = {std::span(c.gap.data(), n)};
+    TZ_CO_CHECK(co_await p.source->read(c.at, piece));
+    p.options->observe->bytes(c.at, piece[0]);
+    c.at += n;
   }
   co_return result<void>{};
 }
 
+// Hands over `pieces` (consecutive, from c.at) up to the chain's end.
+void hand_over(pipeline& p, observed_bytes::chain& c, std::span<const std::span<std::byte>> pieces) {
+  for (const auto& piece : pieces) {
+    if (c.at >= c.end) return;
+    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), c.end - c.at));
+    p.options->observe->bytes(c.at, piece.first(n));
+    c.at += n;
+  }
+}
+
+// Round-robin over the chains, each chain's ranges in their order: the chains advance side by side.
+void alternate_chains(load_plan& plan, const std::vector<std::uint32_t>& chain_of, std::size_t chains) {
+  std::vector<std::vector<std::size_t>> by_chain(chains);
+  for (std::size_t i = 0; i < plan.ranges.size(); ++i) by_chain[chain_of[i]].push_back(i);
+  std::vector<load_range> out;
+  out.reserve(plan.ranges.size());
+  for (std::size_t k = 0; out.size() < plan.ranges.size(); ++k)
+    for (const auto& c : by_chain)
+      if (k < c.size()) out.push_back(std::move(plan.ranges[c[k]]));
+  plan.ranges = std::move(out);
+}
+
 }  // namespace
+
+task<result<void>> plan_observation(pipeline& p, unsigned readers) {
+  auto& o = *p.observed;
+  TZ_CO_TRY(size, co_await p.source->size());
+  const std::uint64_t step = p.options->observe->chain_bytes();
+  const std::uint64_t count = step == 0 || size == 0 ? 1 : (size + step - 1) / step;
+  for (std::uint64_t k = 0; k < count; ++k) {
+    auto c = std::make_unique<observed_bytes::chain>();
+    c->at = step == 0 ? 0 : k * step;
+    c->end = step == 0 || k + 1 == count ? size : (k + 1) * step;
+    o.chains.push_back(std::move(c));
+  }
+  auto& ranges = p.plan.ranges;
+  std::stable_sort(ranges.begin(), ranges.end(),
+                   [](const load_range& a, const load_range& b) { return a.offset_bytes < b.offset_bytes; });
+  auto chain_of = [&](const load_range& r) {
+    return static_cast<std::uint32_t>(step == 0 ? 0 : std::min<std::uint64_t>(r.offset_bytes / step, count - 1));
+  };
+  o.chain_of_range.resize(ranges.size());
+  for (std::size_t i = 0; i < ranges.size(); ++i) o.chain_of_range[i] = chain_of(ranges[i]);
+  // Alternating puts a split tensor's later parts before its earlier ones across a chain's end; a
+  // verified load hashes those parts in order (split_state::turns), which could then wait on a
+  // range no reader has taken: verified loads keep file order.
+  if (count > 1 && readers > 1 && !p.options->verify) {
+    alternate_chains(p.plan, o.chain_of_range, count);
+    for (std::size_t i = 0; i < ranges.size(); ++i) o.chain_of_range[i] = chain_of(ranges[i]);
+  }
+  std::vector<std::uint32_t> next(count, 0);
+  o.turn_of_range.resize(ranges.size());
+  for (std::size_t i = 0; i < ranges.size(); ++i) o.turn_of_range[i] = next[o.chain_of_range[i]]++;
+  co_return result<void>{};
+}
 
 task<result<void>> observe_range(pipeline& p, const load_range& r, const landing& where, std::size_t index) {
   auto& o = *p.observed;
-  if (!co_await o.turns.wait(static_cast<std::uint32_t>(index))) co_return result<void>{};  // the load failed
+  auto& c = *o.chains[o.chain_of_range[index]];
+  if (!co_await c.turns.wait(o.turn_of_range[index])) co_return result<void>{};  // the load failed
   // Passed on every path: a failure also aborts the turns, so no later range waits for this one.
   struct pass_turn {
     turnstile& t;
     ~pass_turn() { t.pass(); }
-  } passes{o.turns};
-  if (r.offset_bytes < o.at)
+  } passes{c.turns};
+  if (r.offset_bytes < c.at)
     co_return make_error(errc::invalid_argument, p.source->name() + ": range " + std::to_string(index) + " at offset " +
                                                      std::to_string(r.offset_bytes) + " is before offset " +
-                                                     std::to_string(o.at) + ": an observed load needs its ranges in file order");
-  TZ_CO_CHECK(co_await observe_gap(p, r.offset_bytes));
+                                                     std::to_string(c.at) + ": an observed load needs its ranges in file order");
+  TZ_CO_CHECK(co_await observe_gap(p, c, r.offset_bytes));
   if (!where.whole.empty()) {
-    p.options->observe->bytes(o.at, where.whole);
+    const std::span<std::byte> whole[1] = {where.whole};
+    hand_over(p, c, whole);
   } else {
-    std::uint64_t at = o.at;
-    for (const auto& piece : where.pieces) {
-      p.options->observe->bytes(at, piece);
-      at += piece.size();
-    }
+    hand_over(p, c, where.pieces);
   }
-  o.at = r.offset_bytes + r.length_bytes;
   co_return result<void>{};
 }
 
 task<result<void>> observe_tail(pipeline& p) {
   TZ_CO_TRY(size, co_await p.source->size());
-  TZ_CO_CHECK(co_await observe_gap(p, size));
+  for (auto& c : p.observed->chains) TZ_CO_CHECK(co_await observe_gap(p, *c, c->end));
   p.options->observe->end(size);
   co_return result<void>{};
 }

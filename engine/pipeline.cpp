@@ -22,7 +22,8 @@ void pipeline::fail(error e) noexcept {
   for (auto& s : splits) {
     if (s) s->turns.abort();
   }
-  if (observed) observed->turns.abort();
+  if (observed)
+    for (auto& c : observed->chains) c->turns.abort();
 }
 
 namespace {
@@ -251,6 +252,7 @@ task<result<void>> prepare_plan(scheduler& sched, pipeline& p, plan_options popt
 task<result<void>> run_pipeline(scheduler& sched, pipeline& p, unsigned readers) {
   readers = static_cast<unsigned>(std::clamp<std::size_t>(readers, 1, std::max<std::size_t>(1, p.plan.ranges.size())));
   if (p.options->observe && !p.observed) p.observed = std::make_unique<observed_bytes>();  // plans of their own
+  if (p.observed) TZ_CO_CHECK(co_await plan_observation(p, readers));
   // The deferred header checks run beside the readers, on a quarter as many coroutines of their own.
   const auto& todo = p.deferred_headers;
   const std::size_t checkers = todo.empty() ? 0 : std::clamp<std::size_t>(readers / 4, 1, todo.size());

@@ -92,12 +92,16 @@ struct stage_counters {
 
 class ready_order;
 
-// A load with a byte_observer (load_common_options::observe): the ranges pass their bytes to it in
-// plan order, which is file order, one turn each (observe_bytes.cpp).
+// A load with a byte_observer (load_common_options::observe): the ranges pass their bytes to it one
+// turn each, in file order within each of the observer's chains (observe_bytes.cpp).
 struct observed_bytes {
-  turnstile turns;
-  std::uint64_t at = 0;          // the next offset the observer expects
-  std::vector<std::byte> gap;    // bytes read for it alone: the prefix, tensors the load leaves out
+  struct chain {
+    turnstile turns;
+    std::uint64_t at = 0, end = 0;  // the next offset the observer expects; the chain's end
+    std::vector<std::byte> gap;     // bytes read for it alone: the prefix, tensors the load leaves out
+  };
+  std::vector<std::unique_ptr<chain>> chains;
+  std::vector<std::uint32_t> chain_of_range, turn_of_range;  // per plan range (plan_observation)
 };
 
 // Everything one load shares between its readers; lives in the load's frame until they are done.
@@ -168,11 +172,15 @@ std::uint64_t auto_range_bytes(const pipeline& p, unsigned readers) noexcept;
 // whatever failed; the first error, if any, is returned.
 task<result<void>> run_pipeline(scheduler& sched, pipeline& p, unsigned readers);
 
+// Observed loads: sizes the observer's chains over the source, puts the plan's ranges in file order
+// within each chain and, with several chains and no verification, alternates the chains so that
+// they advance side by side; numbers each range's turn in its chain. Before the readers start.
+task<result<void>> plan_observation(pipeline& p, unsigned readers);
 // Observed loads (p.observed): hands range `index`'s landed bytes, and the bytes before them that
 // no range reads, to the observer in file order; waits for the range's turn. Before its checks,
 // which decrypt in place: the observer sees the file's bytes.
 task<result<void>> observe_range(pipeline& p, const load_range& r, const landing& where, std::size_t index);
-// After the last range: the bytes from the last range to the source's end, then observe->end().
+// After the last range: each chain's bytes after its last range, then observe->end().
 task<result<void>> observe_tail(pipeline& p);
 
 // Checks the tensors of range r where its bytes landed (pipeline_checks.cpp): parses headers,

@@ -15,43 +15,38 @@ namespace fs = std::filesystem;
 
 file_digests::file_digests(std::string name, serialization how) : name_(std::move(name)), how_(std::move(how)) {}
 
+file_digests::chain& file_digests::chain_at(std::uint64_t offset) {
+  const std::uint64_t start = chain_bytes() == 0 ? 0 : offset / chain_bytes() * chain_bytes();
+  std::lock_guard lock(mutex_);
+  auto [it, fresh] = chains_.try_emplace(start);
+  if (fresh) it->second.start = it->second.at = start;
+  return it->second;  // std::map: stays put while other chains are added
+}
+
 void file_digests::bytes(std::uint64_t offset, std::span<const std::byte> piece) {
-  if (broken_ || offset != at_) {  // the pipeline's contract broken: never let it pass as a match
+  auto& c = chain_at(offset);
+  const bool crosses = chain_bytes() != 0 && offset + piece.size() > c.start + chain_bytes();
+  if (offset != c.at || crosses) {  // the load's contract broken: never let it pass as a match
+    std::lock_guard lock(mutex_);
     broken_ = true;
     return;
   }
-  while (!piece.empty()) {
-    const std::uint64_t room = how_.method == "shards" ? shard_start_ + how_.shard_size - at_ : piece.size();
-    const auto take = static_cast<std::size_t>(std::min<std::uint64_t>(room, piece.size()));
-    hasher_.update(piece.first(take));
-    piece = piece.subspan(take);
-    at_ += take;
-    if (how_.method == "shards" && at_ == shard_start_ + how_.shard_size) finish_shard(at_);
-  }
-}
-
-void file_digests::finish_shard(std::uint64_t end_offset) {
-  const auto d = hasher_.finish();
-  hasher_.reset();
-  std::lock_guard lock(mutex_);
-  digests_[name_ + ":" + std::to_string(shard_start_) + ":" + std::to_string(end_offset)] = d;
-  shard_start_ = end_offset;
+  c.hasher.update(piece);
+  c.at += piece.size();
 }
 
 void file_digests::end(std::uint64_t size) {
-  if (broken_ || at_ != size) {  // bytes missing (or out of order): no digests, so the check fails
-    broken_ = true;
-    return;
-  }
-  if (how_.method == "shards") {
-    if (at_ > shard_start_) finish_shard(at_);
-  } else {
-    const auto d = hasher_.finish();
-    std::lock_guard lock(mutex_);
-    digests_[name_] = d;
-  }
   std::lock_guard lock(mutex_);
   ended_ = true;
+  if (size == 0 && how_.method != "shards") chains_.try_emplace(0);  // an empty file has a digest
+  std::uint64_t expected = 0;  // the chains must tile [0, size)
+  for (auto& [start, c] : chains_) {
+    if (start != expected || (c.at != std::min(size, start + (chain_bytes() ? chain_bytes() : size)))) broken_ = true;
+    expected = c.at;
+    if (how_.method == "shards") digests_[name_ + ":" + std::to_string(start) + ":" + std::to_string(c.at)] = c.hasher.finish();
+    else digests_[name_] = c.hasher.finish();
+  }
+  if (expected != size) broken_ = true;
 }
 
 std::optional<std::map<std::string, sha256_digest>> file_digests::digests() const {
@@ -59,17 +54,6 @@ std::optional<std::map<std::string, sha256_digest>> file_digests::digests() cons
   if (!ended_ || broken_) return std::nullopt;
   return digests_;
 }
-
-namespace {
-
-// A one-file model is signed as ".": its manifest's only file.
-bool signs_one_file(const manifest& m) {
-  return !m.digests.empty() && std::all_of(m.digests.begin(), m.digests.end(), [](const auto& d) {
-           return d.first == "." || d.first.rfind(".:", 0) == 0;
-         });
-}
-
-}  // namespace
 
 result<std::string> read_small_file(const fs::path& path, const char* what) {
   std::ifstream in(path, std::ios::binary);
@@ -96,6 +80,17 @@ result<trust> trust_from_files(const std::string& public_key_path, const std::st
     return make_error(errc::invalid_argument, "a signature check needs the signer's public key or a trusted certificate chain");
   return who;
 }
+
+namespace {
+
+// A one-file model is signed as ".": its manifest's only file.
+bool signs_one_file(const manifest& m) {
+  return !m.digests.empty() && std::all_of(m.digests.begin(), m.digests.end(), [](const auto& d) {
+           return d.first == "." || d.first.rfind(".:", 0) == 0;
+         });
+}
+
+}  // namespace
 
 result<std::unique_ptr<signed_load>> signed_load::open(const fs::path& model, const fs::path& root,
                                                        const fs::path& signature, const trust& who) {

@@ -89,23 +89,27 @@ std::string model_name_of(const std::filesystem::path& root);
 result<void> compare(const manifest& expected, const manifest& actual);
 
 // The digests of one file of a model taken as a load reads it (a byte_observer): SHA-256 of the
-// whole file, or of each shard. Thread-safe to read after the load.
+// whole file, or of each shard, the shards as chains of their own (hashed side by side).
 class file_digests final : public byte_observer {
  public:
   file_digests(std::string name, serialization how);
   void bytes(std::uint64_t offset, std::span<const std::byte> piece) override;
   void end(std::uint64_t size) override;
+  std::uint64_t chain_bytes() const noexcept override { return how_.method == "shards" ? how_.shard_size : 0; }
   // The resources seen, once end() was called after every byte in order; nullopt otherwise.
   std::optional<std::map<std::string, sha256_digest>> digests() const;
 
  private:
-  void finish_shard(std::uint64_t end_offset);
+  struct chain {  // one shard, or the whole file
+    sha256_hasher hasher;
+    std::uint64_t start = 0, at = 0;
+  };
+  chain& chain_at(std::uint64_t offset);
   std::string name_;
   serialization how_;
-  sha256_hasher hasher_;
-  std::uint64_t shard_start_ = 0, at_ = 0;
+  mutable std::mutex mutex_;  // the map and the flags; each chain is fed by one caller at a time
+  std::map<std::uint64_t, chain> chains_;
   bool ended_ = false, broken_ = false;
-  mutable std::mutex mutex_;
   std::map<std::string, sha256_digest> digests_;
 };
 
