@@ -188,3 +188,48 @@ TEST_CASE("a device buffer larger than the pool keeps is freed when given back; 
   }
   check_nothing_alive();
 }
+
+TEST_CASE("an observed device load hands the observer the file's own bytes, in order, before the device opens or hashes them") {
+  // A signed model's digests (load_common_options::observe) on the device sink: sealed chunks
+  // opened on the device and CRC32s taken there must still reach the observer as the file holds them.
+  struct recording final : tz::byte_observer {
+    std::vector<std::byte> seen;
+    bool in_order = true, ended = false;
+    void bytes(std::uint64_t offset, std::span<const std::byte> piece) override {
+      in_order = in_order && offset == seen.size();  // one chain: never called concurrently
+      seen.insert(seen.end(), piece.begin(), piece.end());
+    }
+    void end(std::uint64_t size) override { ended = size == seen.size(); }
+  };
+  emulation_case scope;
+  auto key = tz::crypto::secret_key::random().value();
+  auto enc = tz::format::tensorizer_encryptor::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
+  const auto sealed = write_floats(4, 5 * mib, &enc);
+  const auto plain = tz_test::write_floats(4, 5 * mib);
+  {
+    tz::scheduler sched(2);
+    auto ctx = tz::device_context::create(0, 3).value();
+    for (int mode = 0; mode < 2; ++mode) {  // encrypted, opened on the device; plain, verified (CRC32 on the device)
+      CAPTURE(mode);
+      const auto& file = mode == 0 ? sealed : plain;
+      auto seen = std::make_shared<recording>();
+      tz::device_load_options o;
+      o.slot_count = 3;  // a ring smaller than the model: slots are reused while the observer hashes
+      o.slot_bytes = 4 * mib;
+      o.observe = seen;
+      if (mode == 0) {
+        o.decryption = tz::format::decryption::from_key(tz::crypto::secret_key::from_bytes(key.bytes()).value());
+        o.decrypt_on_device = true;
+      } else {
+        o.verify = true;
+      }
+      auto t = load(sched, *ctx, std::make_shared<tz::memory_source>(file, "mem-observed"), o);
+      REQUIRE(ok(t));
+      CHECK(all_floats_match(*t, 5 * mib));
+      CHECK(seen->in_order);
+      CHECK(seen->ended);
+      CHECK(seen->seen == file);
+    }
+  }
+  check_nothing_alive();
+}
