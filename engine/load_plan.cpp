@@ -35,7 +35,8 @@ struct range_packer {
     if (end == begin) return;  // nothing stored and no header: nothing to read
     if (open.length_bytes > 0) {
       const std::uint64_t open_end = open.offset_bytes + open.length_bytes;
-      if (begin < open_end || begin - open_end > options.gap_merge_bytes || end - open.offset_bytes > options.range_bytes) {
+      if (begin < open_end || begin - open_end > options.gap_merge_bytes ||
+          end - open.offset_bytes > range_bytes_at(options, open.offset_bytes)) {
         close();
       } else if (begin > open_end) {
         open.pieces.push_back({plan_piece::kind::gap, tensor, open_end, begin - open_end, 0});
@@ -50,10 +51,10 @@ struct range_packer {
   // Cuts a large tensor's data into ranges of whole alignment units, one range each.
   void add_split(std::uint32_t tensor, const format::tensor_entry& e, std::uint64_t align) {
     close();
-    const std::uint64_t step = std::max(align, options.range_bytes / align * align);
     std::uint32_t part = 0;
-    for (std::uint64_t done = 0; done < e.data_length; done += step) {
-      const std::uint64_t take = std::min(step, e.data_length - done);
+    for (std::uint64_t done = 0, take = 0; done < e.data_length; done += take) {
+      const std::uint64_t step = std::max(align, range_bytes_at(options, e.data_offset + done) / align * align);
+      take = std::min(step, e.data_length - done);
       load_range r;
       r.offset_bytes = e.data_offset + done;
       r.length_bytes = take;
@@ -69,8 +70,14 @@ struct range_packer {
 
 }  // namespace
 
+std::uint64_t range_bytes_at(const plan_options& options, std::uint64_t offset) noexcept {
+  if (offset >= options.ramp_until_offset || options.ramp_range_bytes == 0) return options.range_bytes;
+  return std::min(options.range_bytes, options.ramp_range_bytes);
+}
+
 bool needs_split(const format::tensor_entry& e, const plan_options& options) noexcept {
-  return e.end_offset() - extent_begin(e, options.with_headers) > options.range_bytes;
+  const std::uint64_t begin = extent_begin(e, options.with_headers);
+  return e.end_offset() - begin > range_bytes_at(options, begin);
 }
 
 result<load_plan> make_plan(std::span<const format::tensor_entry* const> selected,

@@ -125,6 +125,40 @@ TEST_SUITE("host") {
     CHECK(plan->ranges.back().split_tensor == tz::no_split);
   }
 
+  TEST_CASE("a ramp keeps the ranges before its end short, splits at the short size there, then the full one") {
+    // Tensors as they land from a remote source (plan_options::ramp_*): a 3 MiB tensor, then small
+    // ones, then a 9 MiB tensor across the ramp's end; the ramp 1 MiB up to 5 MiB into the file.
+    const std::uint64_t mib = 1 << 20;
+    std::vector<tz::format::tensor_entry> es{entry_at(0, 100, 3 * mib, "first")};
+    for (int i = 0; i < 4; ++i) es.push_back(entry_at(es.back().end_offset(), 100, 200 * 1024, "small"));
+    es.push_back(entry_at(es.back().end_offset(), 100, 9 * mib, "across"));
+    std::vector<const tz::format::tensor_entry*> sel;
+    for (auto& e : es) sel.push_back(&e);
+    const std::vector<std::uint64_t> align(sel.size(), tz::plain_split_align_bytes);
+    auto o = slot_plan(4 * mib);
+    o.ramp_range_bytes = mib;
+    o.ramp_until_offset = 5 * mib;
+    auto plan = tz::make_plan(sel, align, o);
+    REQUIRE(ok(plan));
+    std::vector<std::uint64_t> covered(sel.size());
+    std::uint64_t at = 0;
+    for (const auto& r : plan->ranges) {
+      CAPTURE(r.offset_bytes);
+      CHECK(r.length_bytes <= (r.offset_bytes < 5 * mib ? mib : 4 * mib));
+      if (r.split_tensor != tz::no_split) covered[r.split_tensor] += r.length_bytes;
+      CHECK(r.offset_bytes >= at);  // in file order, no overlap
+      at = r.offset_bytes + r.length_bytes;
+    }
+    CHECK(plan->part_count[0] == 3);  // 3 MiB of data in 1 MiB parts (its header read apart)
+    CHECK(covered[0] == es[0].data_length);
+    CHECK(covered[5] == es[5].data_length);  // parts of 1 MiB before 5 MiB, of 4 MiB after
+    CHECK(plan->part_count[5] > 3);
+    auto plain = slot_plan(4 * mib);  // no ramp: the plan of before
+    auto before = tz::make_plan(sel, align, plain).value();
+    CHECK(before.part_count[0] == 0);  // 3 MiB fits a 4 MiB range whole
+    CHECK(before.part_count[5] == 3);  // 9 MiB in 4 MiB parts
+  }
+
   TEST_CASE("interleaving lets several split tensors advance together, each in part order, longest first") {
     // Tensors of 10 MiB, 1000 B, 10 MiB, 1000 B and 20 MiB (the longest, last, as a model's
     // lm_head): 4 MiB slots cut them into 3, 1, 3, 1 and 5 ranges.

@@ -13,6 +13,7 @@
 #include "gated_source.hpp"
 #include "temp_dir.hpp"
 
+#include <boost/json.hpp>
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -183,4 +184,47 @@ TEST_CASE("a callback that throws ends the handovers, not the load") {
   REQUIRE(loaded.has_value());
   CHECK(calls.load() == 3);
   for (std::size_t i = 0; i < 8; ++i) CHECK(tz_test::floats_match(loaded->data(i), i, 50000));
+}
+
+TEST_CASE("tensors as they land from a remote source: the first wave of reads is short, the rest full size") {
+  // A source that asks for reads in flight (byte_source::read_concurrency, as HTTP and S3 do): with
+  // a consumer, the reads before readers x 1 MiB into the file are at most 1 MiB (plan_options'
+  // ramp), so the first tensors come after short reads; without one, every read is full size.
+  auto bytes = model_bytes(24, 600000);
+  auto src = std::make_shared<tz::memory_source>(bytes);
+  src->set_read_concurrency(4);
+  tz::scheduler sched(2);
+  auto l = tz::loader::open(sched, src).value();
+  const std::uint64_t first = l.index().tensors.front().header_offset;
+  auto read_spans = [&](bool consumer) {
+    tz::load_options o;
+    o.readers = 4;
+    o.range_bytes = 4 << 20;
+    o.trace = std::make_shared<tz::load_trace>();
+    if (consumer) o.on_tensor_ready = [](const tz::tensor_ready&) {};
+    REQUIRE(l.load(sched, {}, o).has_value());
+    const tz_test::temp_dir dir("tz-ready-ramp");
+    REQUIRE(o.trace->write(dir.file("trace.json")).has_value());
+    const auto raw = tz_test::read_file(dir.file("trace.json"));
+    auto events = boost::json::parse(std::string(reinterpret_cast<const char*>(raw.data()), raw.size()));
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> reads;  // (offset, bytes)
+    const auto& list = events.is_array() ? events.as_array() : events.at("traceEvents").as_array();
+    for (const auto& e : list)
+      if (e.at("name") == "read") reads.emplace_back(e.at("args").at("offset").to_number<std::uint64_t>(),
+                                                      e.at("args").at("bytes").to_number<std::uint64_t>());
+    return reads;
+  };
+  const auto ramped = read_spans(true), plain = read_spans(false);
+  bool longer_later = false;
+  for (const auto& [offset, n] : ramped) {
+    CAPTURE(offset);
+    if (offset < first + 4 * (1 << 20)) CHECK(n <= (1u << 20));
+    longer_later = longer_later || n > (1u << 20);
+  }
+  CHECK(longer_later);  // the ramp ends: full-size reads after it
+  CHECK(ramped.size() > plain.size());
+  for (const auto& [offset, n] : plain) {
+    CAPTURE(offset);
+    CHECK((n > (1u << 20) || offset + n + 4 * 600000 > bytes.size()));  // full size but at the end
+  }
 }

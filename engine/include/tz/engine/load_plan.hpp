@@ -51,7 +51,15 @@ struct plan_options {
   std::uint64_t range_limit_bytes = std::numeric_limits<std::uint64_t>::max();
   std::uint64_t gap_merge_bytes = 64 << 10;  // read through gaps up to this size
   bool with_headers = true;                  // .tensors: each tensor's header is read and checked
+  // Ranges that begin before this file offset are at most ramp_range_bytes long (0: no ramp). For
+  // tensors as they land from a remote source: the first tensors arrive after a few short reads
+  // side by side instead of with the first wave of full-size ones.
+  std::uint64_t ramp_until_offset = 0;
+  std::uint64_t ramp_range_bytes = 0;
 };
+
+// The target length of a range that begins at `offset` (the ramp's, before ramp_until_offset).
+std::uint64_t range_bytes_at(const plan_options& options, std::uint64_t offset) noexcept;
 
 struct load_plan {
   std::vector<load_range> ranges;
