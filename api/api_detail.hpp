@@ -85,23 +85,23 @@ tz::load_options load_options_from(const options& o);
 // Hands the tensors of a load of `m` to m.opts.on_tensor as they land (when set): fills `l`'s
 // on_tensor_ready. `device`: -1 for host loads.
 void hand_over_tensors(tz::load_common_options& l, const model::impl& m, int device);
-// The signature check of one load of the model at `path` (o.signature_file): the signature
-// verified, its observer set in `l`; null when o asks for none.
-tz::result<std::unique_ptr<tz::signing::signed_load>> check_signature(const options& o, const std::string& path,
-                                                                      tz::load_common_options& l);
+// The signature check of one load of `m` (m.opts.signature_file): the signature verified, its
+// observer set in `l`; null when the options ask for none.
+tz::result<std::unique_ptr<tz::signing::signed_load>> check_signature(const model::impl& m, tz::load_common_options& l);
 
-// Runs one load of the model at `path` with `l` (made by load_options_from): with o's signature
-// checked in the load's pass (a load whose model does not match it fails), and, when o.trace_file
-// is set, the timeline `l` recorded written there, also after a failed load. A failure to write
-// fails a load that succeeded.
+// Runs one load of `m` with `l` (made by load_options_from): with the options' signature checked in
+// the load's pass (a load whose model does not match it fails), and, when trace_file is set, the
+// timeline `l` recorded written there, also after a failed load. A failure to write fails a load
+// that succeeded.
 template <class Load>
-auto run_load(const options& o, const std::string& path, tz::load_common_options& l, Load&& load) -> decltype(load()) {
+auto run_load(const model::impl& m, tz::load_common_options& l, Load&& load) -> decltype(load()) {
+  const options& o = m.opts;
   using out_type = decltype(load());
   auto failed = [](const tz::error& e) -> out_type {
     if constexpr (std::is_constructible_v<out_type, tz::error>) return out_type(e);
     else return from_tz(e);
   };
-  auto signature = check_signature(o, path, l);
+  auto signature = check_signature(m, l);
   if (!signature) return failed(signature.error());
   auto out = load();
   if (l.trace) {

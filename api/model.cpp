@@ -87,7 +87,7 @@ result<host_tensors> model::load(const std::vector<std::string>& names) const {
     auto l = *p_->opened;  // a copy shares the index and source; loads on copies run concurrently
     auto o = detail::load_options_from(p_->opts);
     detail::hand_over_tensors(o, *p_, -1);
-    return detail::run_load(p_->opts, p_->name, o, [&]() -> result<host_tensors> {
+    return detail::run_load(*p_, o, [&]() -> result<host_tensors> {
       auto loaded = l.load(*p_->sched, std::move(*which), o);
       if (!loaded) return from_tz(loaded.error());
       return host_tensors(std::make_unique<host_tensors::impl>(make_host(*p_, std::move(*loaded))));
@@ -102,7 +102,7 @@ result<host_tensors> model::load_one(std::string_view name) const {
     auto l = *p_->opened;
     auto o = detail::load_options_from(p_->opts);
     detail::hand_over_tensors(o, *p_, -1);
-    return detail::run_load(p_->opts, p_->name, o, [&]() -> result<host_tensors> {
+    return detail::run_load(*p_, o, [&]() -> result<host_tensors> {
       auto loaded = tz::run(*p_->sched, l.async_load_tensor(*p_->sched, which->front(), o));
       if (!loaded) return from_tz(loaded.error());
       return host_tensors(std::make_unique<host_tensors::impl>(make_host(*p_, std::move(*loaded))));
@@ -121,7 +121,7 @@ result<load_timings> model::load_into(const std::vector<destination>& dst) const
     auto l = *p_->opened;
     auto o = detail::load_options_from(p_->opts);
     detail::hand_over_tensors(o, *p_, -1);
-    return detail::run_load(p_->opts, p_->name, o, [&]() -> result<load_timings> {
+    return detail::run_load(*p_, o, [&]() -> result<load_timings> {
       auto t = l.load_into(*p_->sched, std::move(to), o);
       if (!t) return from_tz(t.error());
       return detail::timings_of(*t);
@@ -140,7 +140,7 @@ result<device_tensors> model::load_to_device(int device, const std::vector<std::
     tz::device_load_options o;
     static_cast<tz::load_common_options&>(o) = detail::load_options_from(p_->opts);  // the ring keeps its defaults
     detail::hand_over_tensors(o, *p_, device);
-    auto loaded = detail::run_load(p_->opts, p_->name, o, [&] { return tz::load_to_device(*p_->sched, **ctx, *p_->opened, *which, o); });
+    auto loaded = detail::run_load(*p_, o, [&] { return tz::load_to_device(*p_->sched, **ctx, *p_->opened, *which, o); });
     if (!loaded) return from_tz(loaded.error());
     std::vector<std::size_t> indices;
     for (std::size_t i = 0; i < loaded->size(); ++i) indices.push_back(loaded->index(i));

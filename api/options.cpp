@@ -2,6 +2,8 @@
 // and load options, and the scheduler a model runs on.
 #include "api_detail.hpp"
 
+#include "tz/sources/signed_load.hpp"
+
 #include "tz/crypto/sodium.hpp"
 #include "tz/engine/load_trace.hpp"
 
@@ -106,12 +108,12 @@ tz::load_options load_options_from(const options& o) {
   return l;
 }
 
-tz::result<std::unique_ptr<tz::signing::signed_load>> check_signature(const options& o, const std::string& path,
-                                                                      tz::load_common_options& l) {
+tz::result<std::unique_ptr<tz::signing::signed_load>> check_signature(const model::impl& m, tz::load_common_options& l) {
+  const options& o = m.opts;
   if (o.signature_file.empty()) return std::unique_ptr<tz::signing::signed_load>();
   auto who = tz::signing::trust_from_files(o.signature_public_key_file, o.signature_certificate_chain_file);
   if (!who) return who.error();
-  auto check = tz::signing::signed_load::open(path, o.signature_model_root, o.signature_file, *who);
+  auto check = tz::open_signed_load(*m.opened, m.name, o.signature_model_root, o.signature_file, *who);
   if (check) l.observe = (*check)->observer();
   return check;
 }

@@ -51,7 +51,7 @@ result<part_load_result> model::load_parts(const std::vector<part_destination>& 
     for (const auto& d : dst) extents.push_back({{d.part.index, d.part.begin_bytes, d.part.length_bytes}, d.bytes});
     tz::extent_options o;
     static_cast<tz::load_options&>(o) = detail::load_options_from(p_->opts);
-    auto got = detail::run_load(p_->opts, p_->name, o, [&] { return tz::load_extents(*p_->sched, *p_->opened, std::move(extents), o); });
+    auto got = detail::run_load(*p_, o, [&] { return tz::load_extents(*p_->sched, *p_->opened, std::move(extents), o); });
     if (!got) return from_tz(got.error());
     return part_load_result{detail::timings_of(got->timings), got->read_bytes};
   });
@@ -80,7 +80,7 @@ result<device_part_load_result> model::load_parts_to_device(int device,
     tz::device_extent_options o;
     static_cast<tz::load_common_options&>(o) = detail::load_options_from(p_->opts);
     const tz::device_region region{reinterpret_cast<void*>(lo), hi - lo, device};
-    auto got = detail::run_load(p_->opts, p_->name, o, [&] {
+    auto got = detail::run_load(*p_, o, [&] {
       return tz::load_extents_to_device(*p_->sched, **ctx, *p_->opened, std::move(extents), region, o);
     });
     if (!got) return from_tz(got.error());

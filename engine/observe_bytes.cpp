@@ -1,6 +1,6 @@
-// Observed loads (load_common_options::observe): every byte of the source reaches the observer once,
-// in file order within each of its chains (one chain: the whole file; model signing's shards: one
-// per shard, hashed side by side). Ranges take turns in their chain; each first reads for the
+// Observed loads (load_common_options::observe): every byte of the observer's chains reaches it once,
+// in file order within each chain (one chain: the whole file; model signing's shards, or each file
+// of a sharded checkpoint: one each, hashed side by side). Ranges take turns in their chain; each first reads for the
 // observer what lies between the chain's previous range and itself, then hands over its own bytes
 // where they landed (up to its chain's end: the next chain reads the rest itself), before the checks
 // decrypt them in place.
@@ -26,13 +26,20 @@ task<result<void>> observe_gap(pipeline& p, observed_bytes::chain& c, std::uint6
   co_return result<void>{};
 }
 
-// Hands over `pieces` (consecutive, from c.at) up to the chain's end.
-void hand_over(pipeline& p, observed_bytes::chain& c, std::span<const std::span<std::byte>> pieces) {
+// Hands over what of `pieces` (consecutive, from file offset `at`) lies in [c.at, c.end): a range
+// may begin before its chain (in the padding between a checkpoint's shards) and end after it (the
+// next chain reads the rest itself).
+void hand_over(pipeline& p, observed_bytes::chain& c, std::uint64_t at, std::span<const std::span<std::byte>> pieces) {
   for (const auto& piece : pieces) {
-    if (c.at >= c.end) return;
-    const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(piece.size(), c.end - c.at));
-    p.options->observe->bytes(c.at, piece.first(n));
-    c.at += n;
+    const std::uint64_t piece_end = at + piece.size();
+    if (at >= c.end) return;
+    if (piece_end > c.at) {
+      const auto skip = static_cast<std::size_t>(c.at - at);
+      const auto n = static_cast<std::size_t>(std::min(piece_end, c.end) - c.at);
+      p.options->observe->bytes(c.at, piece.subspan(skip, n));
+      c.at += n;
+    }
+    at = piece_end;
   }
 }
 
@@ -53,30 +60,33 @@ void alternate_chains(load_plan& plan, const std::vector<std::uint32_t>& chain_o
 task<result<void>> plan_observation(pipeline& p, unsigned readers) {
   auto& o = *p.observed;
   TZ_CO_TRY(size, co_await p.source->size());
-  const std::uint64_t step = p.options->observe->chain_bytes();
-  const std::uint64_t count = step == 0 || size == 0 ? 1 : (size + step - 1) / step;
-  for (std::uint64_t k = 0; k < count; ++k) {
+  auto extents = p.options->observe->chains(size);
+  if (extents.empty()) extents.push_back({size, size});  // nothing to hand over: only end()
+  for (const auto& e : extents) {
     auto c = std::make_unique<observed_bytes::chain>();
-    c->at = step == 0 ? 0 : k * step;
-    c->end = step == 0 || k + 1 == count ? size : (k + 1) * step;
+    c->at = e.begin, c->end = e.end;
     o.chains.push_back(std::move(c));
   }
   auto& ranges = p.plan.ranges;
   std::stable_sort(ranges.begin(), ranges.end(),
                    [](const load_range& a, const load_range& b) { return a.offset_bytes < b.offset_bytes; });
+  // A range belongs to the chain its first byte is in, or to the next one when it begins between
+  // chains; after the last chain, to the last.
   auto chain_of = [&](const load_range& r) {
-    return static_cast<std::uint32_t>(step == 0 ? 0 : std::min<std::uint64_t>(r.offset_bytes / step, count - 1));
+    auto it = std::upper_bound(extents.begin(), extents.end(), r.offset_bytes,
+                               [](std::uint64_t off, const byte_observer::extent& e) { return off < e.end; });
+    return static_cast<std::uint32_t>(std::min<std::size_t>(it - extents.begin(), extents.size() - 1));
   };
   o.chain_of_range.resize(ranges.size());
   for (std::size_t i = 0; i < ranges.size(); ++i) o.chain_of_range[i] = chain_of(ranges[i]);
   // Alternating puts a split tensor's later parts before its earlier ones across a chain's end; a
   // verified load hashes those parts in order (split_state::turns), which could then wait on a
   // range no reader has taken: verified loads keep file order.
-  if (count > 1 && readers > 1 && !p.options->verify) {
-    alternate_chains(p.plan, o.chain_of_range, count);
+  if (extents.size() > 1 && readers > 1 && !p.options->verify) {
+    alternate_chains(p.plan, o.chain_of_range, extents.size());
     for (std::size_t i = 0; i < ranges.size(); ++i) o.chain_of_range[i] = chain_of(ranges[i]);
   }
-  std::vector<std::uint32_t> next(count, 0);
+  std::vector<std::uint32_t> next(extents.size(), 0);
   o.turn_of_range.resize(ranges.size());
   for (std::size_t i = 0; i < ranges.size(); ++i) o.turn_of_range[i] = next[o.chain_of_range[i]]++;
   co_return result<void>{};
@@ -91,16 +101,12 @@ task<result<void>> observe_range(pipeline& p, const load_range& r, const landing
     turnstile& t;
     ~pass_turn() { t.pass(); }
   } passes{c.turns};
-  if (r.offset_bytes < c.at)
-    co_return make_error(errc::invalid_argument, p.source->name() + ": range " + std::to_string(index) + " at offset " +
-                                                     std::to_string(r.offset_bytes) + " is before offset " +
-                                                     std::to_string(c.at) + ": an observed load needs its ranges in file order");
-  TZ_CO_CHECK(co_await observe_gap(p, c, r.offset_bytes));
+  TZ_CO_CHECK(co_await observe_gap(p, c, std::min(r.offset_bytes, c.end)));
   if (!where.whole.empty()) {
     const std::span<std::byte> whole[1] = {where.whole};
-    hand_over(p, c, whole);
+    hand_over(p, c, r.offset_bytes, whole);
   } else {
-    hand_over(p, c, where.pieces);
+    hand_over(p, c, r.offset_bytes, where.pieces);
   }
   co_return result<void>{};
 }

@@ -13,40 +13,46 @@
 namespace tz::signing {
 namespace fs = std::filesystem;
 
-file_digests::file_digests(std::string name, serialization how) : name_(std::move(name)), how_(std::move(how)) {}
+file_digests::file_digests(std::vector<placed_file> files, serialization how) {
+  std::sort(files.begin(), files.end(), [](const placed_file& a, const placed_file& b) { return a.base < b.base; });
+  for (const auto& f : files) {
+    if (how.method != "shards") {
+      chains_.push_back({f.name, f.base, f.base + f.size_bytes, f.base, {}});
+      continue;
+    }
+    for (std::uint64_t start = 0; start < f.size_bytes; start += how.shard_size) {
+      const auto stop = std::min(f.size_bytes, start + how.shard_size);
+      chains_.push_back({f.name + ":" + std::to_string(start) + ":" + std::to_string(stop), f.base + start, f.base + stop,
+                         f.base + start, {}});
+    }
+  }
+}
 
-file_digests::chain& file_digests::chain_at(std::uint64_t offset) {
-  const std::uint64_t start = chain_bytes() == 0 ? 0 : offset / chain_bytes() * chain_bytes();
-  std::lock_guard lock(mutex_);
-  auto [it, fresh] = chains_.try_emplace(start);
-  if (fresh) it->second.start = it->second.at = start;
-  return it->second;  // std::map: stays put while other chains are added
+std::vector<byte_observer::extent> file_digests::chains(std::uint64_t) const {
+  std::vector<extent> out;
+  for (const auto& c : chains_)
+    if (c.end > c.begin) out.push_back({c.begin, c.end});
+  return out;
 }
 
 void file_digests::bytes(std::uint64_t offset, std::span<const std::byte> piece) {
-  auto& c = chain_at(offset);
-  const bool crosses = chain_bytes() != 0 && offset + piece.size() > c.start + chain_bytes();
-  if (offset != c.at || crosses) {  // the load's contract broken: never let it pass as a match
+  auto it = std::upper_bound(chains_.begin(), chains_.end(), offset, [](std::uint64_t off, const chain& c) { return off < c.end; });
+  if (it == chains_.end() || offset != it->at || offset + piece.size() > it->end) {  // the load's contract broken
     std::lock_guard lock(mutex_);
-    broken_ = true;
+    broken_ = true;  // never a match
     return;
   }
-  c.hasher.update(piece);
-  c.at += piece.size();
+  it->hasher.update(piece);
+  it->at += piece.size();
 }
 
-void file_digests::end(std::uint64_t size) {
+void file_digests::end(std::uint64_t) {
   std::lock_guard lock(mutex_);
   ended_ = true;
-  if (size == 0 && how_.method != "shards") chains_.try_emplace(0);  // an empty file has a digest
-  std::uint64_t expected = 0;  // the chains must tile [0, size)
-  for (auto& [start, c] : chains_) {
-    if (start != expected || (c.at != std::min(size, start + (chain_bytes() ? chain_bytes() : size)))) broken_ = true;
-    expected = c.at;
-    if (how_.method == "shards") digests_[name_ + ":" + std::to_string(start) + ":" + std::to_string(c.at)] = c.hasher.finish();
-    else digests_[name_] = c.hasher.finish();
+  for (auto& c : chains_) {
+    if (c.at != c.end) broken_ = true;  // bytes missing: no digests, so the check fails
+    digests_[c.resource] = c.hasher.finish();
   }
-  if (expected != size) broken_ = true;
 }
 
 std::optional<std::map<std::string, sha256_digest>> file_digests::digests() const {
@@ -92,26 +98,35 @@ bool signs_one_file(const manifest& m) {
 
 }  // namespace
 
-result<std::unique_ptr<signed_load>> signed_load::open(const fs::path& model, const fs::path& root,
+result<std::unique_ptr<signed_load>> signed_load::open(std::span<const loaded_file> loaded, const fs::path& root,
                                                        const fs::path& signature, const trust& who) {
-  if (model.string().find("://") != std::string::npos)
-    return make_error(errc::unsupported, model.string() + ": a signature is checked for local models only (a remote "
-                                                          "model's other files cannot be listed)");
+  if (loaded.empty()) return make_error(errc::invalid_argument, "a signed load needs the files it loads");
+  for (const auto& f : loaded)
+    if (f.path.string().find("://") != std::string::npos)
+      return make_error(errc::unsupported, f.path.string() + ": a signature is checked for local models only (a remote "
+                                                             "model's other files cannot be listed)");
   TZ_TRY(bundle, read_small_file(signature, "signature"));
   TZ_TRY(expected, verify_bundle(bundle, who, signature.string()));
   auto s = std::unique_ptr<signed_load>(new signed_load);
-  const fs::path top = !root.empty() ? root : signs_one_file(expected) ? model : model.parent_path().empty() ? fs::path(".") : model.parent_path();
+  const fs::path& first = loaded.front().path;
+  const fs::path top = !root.empty()                                          ? root
+                       : signs_one_file(expected) && loaded.size() == 1       ? first
+                       : first.parent_path().empty()                          ? fs::path(".")
+                                                                              : first.parent_path();
   TZ_TRY(files, list_model(top, expected.how, signature));
   std::error_code ec;
-  const auto loaded = fs::weakly_canonical(model, ec);
+  std::vector<placed_file> placed;
   for (auto& f : files) {
-    if (fs::weakly_canonical(f.path, ec) == loaded) s->loaded_name_ = f.name;
+    const auto canonical = fs::weakly_canonical(f.path, ec);
+    auto hit = std::find_if(loaded.begin(), loaded.end(),
+                            [&](const loaded_file& l) { return fs::weakly_canonical(l.path, ec) == canonical; });
+    if (hit != loaded.end()) placed.push_back({f.name, hit->base, f.size_bytes});
     else s->others_.push_back(std::move(f));
   }
-  if (s->loaded_name_.empty())
-    return make_error(errc::invalid_argument, model.string() + ": not a file of the signed model at " + top.string());
+  if (placed.size() != loaded.size())
+    return make_error(errc::invalid_argument, first.string() + ": the loaded files are not all files of the signed model at " + top.string());
   s->expected_ = std::move(expected);
-  s->observer_ = std::make_shared<file_digests>(s->loaded_name_, s->expected_.how);
+  s->observer_ = std::make_shared<file_digests>(std::move(placed), s->expected_.how);
   // The files beside the weights (configs, tokenizers) are read once, on a thread of their own.
   s->others_digests_ = std::async(std::launch::async, [s = s.get()] {
     return hash_files(s->expected_.model_name, s->others_, s->expected_.how, 1);
@@ -122,7 +137,7 @@ result<std::unique_ptr<signed_load>> signed_load::open(const fs::path& model, co
 result<void> signed_load::finish() {
   TZ_TRY(actual, others_digests_.get());
   const auto seen = observer_->digests();
-  if (!seen) return make_error(errc::hash_mismatch, loaded_name_ + ": the load did not hash every byte of it in order");
+  if (!seen) return make_error(errc::hash_mismatch, "model '" + expected_.model_name + "': the load did not hash every byte of its files in order");
   actual.digests.insert(seen->begin(), seen->end());
   actual.model_name = expected_.model_name;
   return compare(expected_, actual);

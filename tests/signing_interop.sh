@@ -38,6 +38,14 @@ openssl req -new -key p256.key -subj /CN=tz-signer -out leaf.csr 2> /dev/null
 printf 'keyUsage=critical,digitalSignature\nextendedKeyUsage=codeSigning\n' > leaf.ext
 openssl x509 -req -in leaf.csr -CA ca.pem -CAkey p384.key -CAcreateserial -days 1 -extfile leaf.ext -out leaf.pem 2> /dev/null
 
+flip() { python3 -c 'import sys; f=open(sys.argv[1],"r+b"); f.seek(int(sys.argv[2])); b=f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0]^1]))' "$@"; }
+expect_failure() {  # what NAME_IN_ERROR command...
+  local what=$1 name=$2 out
+  shift 2
+  if out=$("$@" 2>&1); then fail "$what: accepted"; fi
+  [[ -z $name || $out == *"$name"* ]] || fail "$what: the error does not name '$name': $out"
+  step "$what: refused: $(tail -1 <<< "$out" | cut -c1-160)"
+}
 ours_verify() { "$cli" verify --signature "$1" "${@:3}" "$2"; }
 ours_load() { "$cli" load --signature "$1" "${@:3}" "$2/model.tensors" > /dev/null; }
 ms_sharded() {  # ms_sharded sign|verify MODEL SIG KEY
@@ -70,6 +78,20 @@ ours_load ms-shards.sig model --public-key p256.pub
 ours_verify ms-file.sig model/model.tensors --public-key p256.pub
 "$cli" load --signature ms-file.sig --public-key p256.pub model/model.tensors > /dev/null
 
+step "a sharded safetensors checkpoint (3 shard files, an index, a config): every shard hashed in the load"
+"$cli" convert model/model.tensors ckpt/ --max-shard-size 3MB > /dev/null
+cp model/config.json ckpt/
+"$ms" sign key ckpt --private_key p256.key --signature ms-ckpt.sig > /dev/null
+ms_sharded sign ckpt ms-ckpt-shards.sig p256.key
+"$cli" load --signature ms-ckpt.sig --public-key p256.pub ckpt > /dev/null
+"$cli" load --signature ms-ckpt-shards.sig --public-key p256.pub ckpt/model.safetensors.index.json > /dev/null
+cp -r ckpt ckpt-changed
+flip ckpt-changed/model-00002-of-00003.safetensors 100000
+expect_failure "checkpoint, a shard changed: ours load" "model-00002-of-00003.safetensors" \
+  "$cli" load --signature ms-ckpt.sig --public-key p256.pub ckpt-changed
+expect_failure "checkpoint, a shard changed: ours load (shards)" "model-00002-of-00003.safetensors:0:" \
+  "$cli" load --signature ms-ckpt-shards.sig --public-key p256.pub ckpt-changed
+
 step "ours signs, theirs verifies: key P-256, key P-384, certificate, shards, one file"
 "$cli" sign --private-key p256.key --signature tz-p256.sig model > /dev/null
 "$cli" sign --private-key p384.key --signature tz-p384.sig model > /dev/null
@@ -88,20 +110,12 @@ header_offset=$("$cli" inspect --json model/model.tensors | python3 -c \
   'import json,sys; t=json.load(sys.stdin)["tensors"]; print(t[len(t)//2]["header_offset"])')
 data_offset=$("$cli" inspect --json model/model.tensors | python3 -c \
   'import json,sys; t=json.load(sys.stdin)["tensors"]; print(t[len(t)//2]["data_offset"] + 17)')
-flip() { python3 -c 'import sys; f=open(sys.argv[1],"r+b"); f.seek(int(sys.argv[2])); b=f.read(1); f.seek(int(sys.argv[2])); f.write(bytes([b[0]^1]))' "$@"; }
 tamper_data() { flip m/model.tensors "$data_offset"; }
 tamper_header() { flip m/model.tensors "$((header_offset + 12))"; }
 tamper_config() { echo '{"architectures": ["Other"]}' > m/config.json; }
 tamper_add() { echo extra > m/extra.txt; }
 tamper_remove() { rm m/config.json; }
 tamper_key() { :; }  # the model is intact; the verifiers get another key
-expect_failure() {  # what NAME_IN_ERROR command...
-  local what=$1 name=$2 out
-  shift 2
-  if out=$("$@" 2>&1); then fail "$what: accepted"; fi
-  [[ -z $name || $out == *"$name"* ]] || fail "$what: the error does not name '$name': $out"
-  step "$what: refused: $(tail -1 <<< "$out" | cut -c1-160)"
-}
 for signer in ms tz; do
   for case in data:model.tensors header:model.tensors config:config.json add:extra.txt remove:config.json key:; do
     rm -rf m && cp -r model m && "tamper_${case%%:*}"

@@ -82,7 +82,11 @@ struct chained_observer final : tz::byte_observer {
       : chain(chain), seen(size), at((size + chain - 1) / chain), began(at.size(), -1), ended(at.size(), -1) {
     for (std::size_t k = 0; k < at.size(); ++k) at[k] = k * chain;
   }
-  std::uint64_t chain_bytes() const noexcept override { return chain; }
+  std::vector<extent> chains(std::uint64_t size) const override {
+    std::vector<extent> out;
+    for (std::uint64_t b = 0; b < size; b += chain) out.push_back({b, std::min(size, b + chain)});
+    return out;
+  }
   void bytes(std::uint64_t offset, std::span<const std::byte> piece) override {
     std::lock_guard lock(mutex);
     const std::size_t k = offset / chain;
@@ -172,10 +176,11 @@ TEST_CASE("a file's digests from the pieces a load hands over equal a pass over 
     const tz::signing::model_file f{"w.bin", path, data.size()};
     auto pass = tz::signing::hash_files("m", std::span(&f, 1), how, 2).value();
     CHECK(pass.digests.size() == (how.method == "shards" ? 3u + 1u : 1u));  // 3 whole shards and 8 bytes
-    tz::signing::file_digests seen("w.bin", how);
+    tz::signing::file_digests seen({{"w.bin", 0, data.size()}}, how);
     // Pieces of random sizes, cut at the shards' ends (as a load cuts them); the shards' pieces
     // interleaved, as a load hands its chains over side by side.
-    const std::uint64_t chain = seen.chain_bytes() ? seen.chain_bytes() : data.size();
+    const std::uint64_t chain = how.method == "shards" ? how.shard_size : data.size();
+    CHECK(seen.chains(data.size()).size() == (how.method == "shards" ? 4u : 1u));
     std::vector<std::uint64_t> at;
     for (std::uint64_t c = 0; c < data.size(); c += chain) at.push_back(c);
     for (bool more = true; more;) {
@@ -194,15 +199,15 @@ TEST_CASE("a file's digests from the pieces a load hands over equal a pass over 
     REQUIRE(seen.digests().has_value());
     CHECK(*seen.digests() == pass.digests);
     if (how.method == "shards") {  // a piece across a shard's end breaks the contract: never a match
-      tz::signing::file_digests across("w.bin", how);
+      tz::signing::file_digests across({{"w.bin", 0, data.size()}}, how);
       across.bytes(0, std::span(data).first(how.shard_size + 1));
-      across.end(how.shard_size + 1);
+      across.end(data.size());
       CHECK_FALSE(across.digests().has_value());
     }
-    tz::signing::file_digests skipped("w.bin", how);  // a piece out of order: never a match
+    tz::signing::file_digests skipped({{"w.bin", 0, data.size()}}, how);  // a piece out of order: never a match
     skipped.bytes(0, std::span(data).first(10));
     skipped.bytes(20, std::span(data).subspan(20, 10));
-    skipped.end(30);
+    skipped.end(data.size());
     CHECK_FALSE(skipped.digests().has_value());
   }
 }

@@ -225,7 +225,7 @@ std::future<started_context> start_device(const load_args& a, bool verify) {
 }
 
 int run_load(const load_args& a, const remote_options& remote, load_common_options common,
-             signing::signed_load* signed_model) {
+             const cli::args* signature) {
   const auto t0 = std::chrono::steady_clock::now();
   setup_times setup;
   scheduler sched(a.threads);
@@ -240,6 +240,12 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
     setup.context_s = started.seconds;
   }
   if (!l) return cli::fail("load", l.error());
+  std::unique_ptr<signing::signed_load> signed_model;
+  if (signature) {
+    auto s = cli::signed_load_from(*signature, *l, a.inputs[0]);
+    if (!s) return cli::fail("load", s.error());
+    signed_model = std::move(*s);
+  }
   auto which = select_names(*l, a.only);
   if (!which) return cli::fail("load", which.error());
   const bool tty = !a.json && ::isatty(STDERR_FILENO);
@@ -288,15 +294,8 @@ int cmd_load(int argc, char** argv) {
   common.verify = args->verify;
   common.readers = args->readers;
   common.decryption = std::move(*decryption);
-  std::unique_ptr<signing::signed_load> signed_model;
-  if (a->has("--signature")) {
-    if (args->inputs.size() != 1) return cli::usage_error("load", "--signature checks a model loaded from one file", load_help);
-    auto s = cli::signed_load_from(*a, args->inputs[0]);
-    if (!s) return cli::fail("load", s.error());
-    signed_model = std::move(*s);
-  }
   try {
-    return run_load(*args, *remote, std::move(common), signed_model.get());
+    return run_load(*args, *remote, std::move(common), a->has("--signature") ? &*a : nullptr);
   } catch (const std::exception& e) {
     return cli::fail("load", make_error(errc::io, e.what()));
   }

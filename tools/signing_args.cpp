@@ -1,6 +1,8 @@
 // The CLI's model-signing options (see signing_args.hpp).
 #include "signing_args.hpp"
 
+#include "tz/sources/signed_load.hpp"
+
 namespace tz::cli {
 
 result<signing::trust> trust_from(const args& a) {
@@ -9,9 +11,9 @@ result<signing::trust> trust_from(const args& a) {
   return signing::trust_from_files(a.get("--public-key").value_or(""), a.get("--certificate-chain").value_or(""));
 }
 
-result<std::unique_ptr<signing::signed_load>> signed_load_from(const args& a, const std::string& model) {
+result<std::unique_ptr<signing::signed_load>> signed_load_from(const args& a, const loader& l, const std::string& input) {
   TZ_TRY(who, trust_from(a));
-  return signing::signed_load::open(model, a.get("--model-root").value_or(""), *a.get("--signature"), who);
+  return open_signed_load(l, input, a.get("--model-root").value_or(""), *a.get("--signature"), who);
 }
 
 }  // namespace tz::cli

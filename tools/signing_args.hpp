@@ -4,6 +4,7 @@
 
 #include "cli.hpp"
 
+#include "tz/engine/loader.hpp"
 #include "tz/signing/model_signing.hpp"
 
 #include <memory>
@@ -29,7 +30,8 @@ inline constexpr const char* signature_help =
 // Who must have signed (from --public-key / --certificate-chain); an error when neither is given.
 result<signing::trust> trust_from(const args& a);
 
-// For load --signature: the check of `model`'s signature, its observer set in the load's options.
-result<std::unique_ptr<signing::signed_load>> signed_load_from(const args& a, const std::string& model);
+// For load --signature: the check of the signature of `l` (opened from `input`: a file, or a
+// checkpoint), whose observer goes into the load's options.
+result<std::unique_ptr<signing::signed_load>> signed_load_from(const args& a, const loader& l, const std::string& input);
 
 }  // namespace tz::cli

@@ -4,6 +4,7 @@
 #include "source.hpp"
 
 #include "tz/sources/checkpoint.hpp"
+#include "tz/sources/signed_load.hpp"
 #include "tz/cuda/cuda.hpp"
 #include "tz/engine/device_load.hpp"
 #include "tz/format/tensor_path.hpp"
@@ -198,11 +199,12 @@ std::shared_ptr<loaded_handle> load_device(reader_handle& r, std::vector<std::si
 using signature_args = std::tuple<std::string, std::string, std::string, std::string, std::string>;
 
 // A signed load's check (signing/): the signature verified now, its observer set in `o`.
-std::unique_ptr<signing::signed_load> check_signature(const std::optional<signature_args>& s, load_options& o) {
+std::unique_ptr<signing::signed_load> check_signature(const reader_handle& r, const std::optional<signature_args>& s,
+                                                      load_options& o) {
   if (!s) return nullptr;
   const auto& [model, sig, key, chain, root] = *s;
   auto who = take(signing::trust_from_files(key, chain));
-  auto check = take(signing::signed_load::open(model, root, sig, who));
+  auto check = take(open_signed_load(*r.opened, model, root, sig, who));
   o.observe = check->observer();
   return check;
 }
@@ -219,7 +221,7 @@ std::shared_ptr<loaded_handle> load(reader_handle& r, std::optional<std::vector<
   o.readers = readers;
   if (keys) o.decryption = keys->decryption;
   if (trace && !trace->empty()) o.trace = std::make_shared<load_trace>();
-  auto signed_check = check_signature(signature, o);
+  auto signed_check = check_signature(r, signature, o);
   std::shared_ptr<loaded_handle> h;
   try {
     h = device < 0 ? load_host(r, std::move(indices), o, one) : load_device(r, std::move(indices), o, device);

@@ -42,9 +42,9 @@ def _signature_args(signature, file_obj):
         path = os.fsdecode(file_obj)
     elif isinstance(getattr(file_obj, "name", None), (str, bytes)):
         path = os.fsdecode(file_obj.name)
-    if path is None or "://" in path or not os.path.isfile(path):
-        raise ValueError("signature: the model must be a local file (a path, or a file opened from one); "
-                         f"got {file_obj!r}")
+    if path is None or "://" in path or not os.path.exists(path):
+        raise ValueError("signature: the model must be local (a file or a sharded checkpoint's directory or "
+                         f"index, or a file opened from one); got {file_obj!r}")
     return signature._engine_args(path)
 
 
@@ -98,8 +98,8 @@ class TensorDeserializer(_DeserializerCore, collections.abc.Mapping, contextlib.
             the model's OpenSSF model signature in its own pass (the file as it is read, the
             model's other files beside it; every byte of the file even when loading a few
             tensors) and raises ``HashMismatchError`` or ``CryptographyError`` instead of returning
-            tensors from a model that does not match. ``file_obj`` must be a local path or a
-            file opened from one.
+            tensors from a model that does not match. ``file_obj`` must be local: a file, a
+            sharded checkpoint (every shard hashed in the load), or a file opened from one.
 
     Returned tensors are ``torch.nn.Parameter`` objects, with ``requires_grad`` for floating
     and complex dtypes. On the CPU they share memory with the engine's load buffer (no copy).

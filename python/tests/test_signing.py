@@ -116,7 +116,26 @@ def test_what_cannot_be_checked_is_refused_up_front(signed):
     data = (model / "model.tensors").read_bytes()
     import io
 
-    with pytest.raises(ValueError, match="local file"):
+    with pytest.raises(ValueError, match="must be local"):
         TensorDeserializer(io.BytesIO(data), device="cpu", signature=ModelSignature(sig, public_key=pub))
     with pytest.raises(TypeError):
         TensorDeserializer(str(model / "model.tensors"), device="cpu", signature=str(sig))
+
+
+def test_a_signed_sharded_checkpoint_hashes_every_shard_in_the_load(signed, tmp_path):
+    model, sig, pub, _, tensors = signed
+    ckpt = tmp_path / "ckpt"
+    _run(CLI, "convert", model / "model.tensors", str(ckpt) + "/", "--max-shard-size", "300KB")
+    shutil.copy(model / "config.json", ckpt / "config.json")
+    key = Path(sig).parent / "signer.key"
+    _run(CLI, "sign", "--private-key", key, "--signature", tmp_path / "ckpt.sig", ckpt)
+    shards = sorted(ckpt.glob("*.safetensors"))
+    assert len(shards) > 1
+    with TensorDeserializer(str(ckpt), device="cpu", signature=ModelSignature(tmp_path / "ckpt.sig", public_key=pub)) as d:
+        for name, t in tensors.items():
+            assert torch.equal(d[name], t)
+    with open(shards[1], "r+b") as f:
+        f.seek(os.path.getsize(shards[1]) - 10)
+        f.write(b"\x00\x01")
+    with pytest.raises(HashMismatchError, match=shards[1].name):
+        TensorDeserializer(str(ckpt), device="cpu", signature=ModelSignature(tmp_path / "ckpt.sig", public_key=pub))

@@ -5,22 +5,26 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace tz {
 
 class byte_observer {
  public:
+  // A part of the source the observer hashes apart from the others: [begin, end).
+  struct extent {
+    std::uint64_t begin = 0, end = 0;
+  };
   virtual ~byte_observer() = default;
-  // Consecutive pieces from offset 0 to the source's end, each once (a load hands them over in
-  // file order; the bytes it does not place, it reads for this). With chains (chain_bytes), the
-  // pieces of each chain come in order and never concurrently with each other, but different
-  // chains' pieces may come concurrently; a piece never crosses a chain's end.
+  // The pieces of each chain (chains()) in order, each byte once, never concurrently within a
+  // chain; different chains' pieces may come concurrently (the load hands the chains over side by
+  // side), and a piece never crosses a chain's end. Bytes outside every chain are never handed over.
   virtual void bytes(std::uint64_t offset, std::span<const std::byte> piece) = 0;
-  // The source as independent chains of this many bytes ([k*n, (k+1)*n)), which the load then
-  // hands over side by side (model signing's shards hash apart); 0: one chain, the whole source.
-  virtual std::uint64_t chain_bytes() const noexcept { return 0; }
-  // After the last piece: `size` is the source's size (the offset the pieces reached).
+  // After every chain's last piece: `size` is the source's size.
   virtual void end(std::uint64_t size) = 0;
+  // The chains over a source of `size` bytes, in order, not overlapping: one, the whole source, by
+  // default; model signing's shards, or a checkpoint's shard files (whose padding is in none).
+  virtual std::vector<extent> chains(std::uint64_t size) const { return {{0, size}}; }
 };
 
 }  // namespace tz

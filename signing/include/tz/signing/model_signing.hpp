@@ -88,39 +88,50 @@ std::string model_name_of(const std::filesystem::path& root);
 // first missing, extra or different resource (and both digests), as model signing's verify does.
 result<void> compare(const manifest& expected, const manifest& actual);
 
-// The digests of one file of a model taken as a load reads it (a byte_observer): SHA-256 of the
-// whole file, or of each shard, the shards as chains of their own (hashed side by side).
+// A file of a model where a load's source holds it: one file at 0, or a sharded checkpoint's
+// shards, each at its base in the loader's address space.
+struct placed_file {
+  std::string name;  // as the manifest names it
+  std::uint64_t base = 0, size_bytes = 0;
+};
+
+// The digests of the files a load reads, taken from its bytes (a byte_observer): each file's
+// SHA-256, or each shard's, every file and shard a chain of its own (hashed side by side).
 class file_digests final : public byte_observer {
  public:
-  file_digests(std::string name, serialization how);
+  file_digests(std::vector<placed_file> files, serialization how);
   void bytes(std::uint64_t offset, std::span<const std::byte> piece) override;
   void end(std::uint64_t size) override;
-  std::uint64_t chain_bytes() const noexcept override { return how_.method == "shards" ? how_.shard_size : 0; }
-  // The resources seen, once end() was called after every byte in order; nullopt otherwise.
+  std::vector<extent> chains(std::uint64_t size) const override;
+  // The resources seen, once end() was called after every byte of every chain in order; nullopt otherwise.
   std::optional<std::map<std::string, sha256_digest>> digests() const;
 
  private:
-  struct chain {  // one shard, or the whole file
+  struct chain {  // a shard, or a whole file
+    std::string resource;
+    std::uint64_t begin = 0, end = 0, at = 0;
     sha256_hasher hasher;
-    std::uint64_t start = 0, at = 0;
   };
-  chain& chain_at(std::uint64_t offset);
-  std::string name_;
-  serialization how_;
-  mutable std::mutex mutex_;  // the map and the flags; each chain is fed by one caller at a time
-  std::map<std::uint64_t, chain> chains_;
+  std::vector<chain> chains_;  // in offset order; each fed by one caller at a time
+  mutable std::mutex mutex_;   // the flags and the digests
   bool ended_ = false, broken_ = false;
   std::map<std::string, sha256_digest> digests_;
 };
 
-// A signed load's check: the signature verified up front, the model's other files hashed beside
-// the load, the loaded file's digests taken in the load (observer()); finish() compares them all.
+// A signed load's check: the signature verified up front, the model's other files hashed beside the
+// load, the loaded files' digests taken in the load (observer()); finish() compares them all.
 class signed_load {
  public:
-  // `model` is the weights file a load reads (a local path: a remote model's other files cannot be
-  // listed); the model is its directory unless `root` names one, or the file alone when the
+  // A loaded file: its local path and where the load's source holds it (0 for one file; a
+  // checkpoint's shard at its base).
+  struct loaded_file {
+    std::filesystem::path path;
+    std::uint64_t base = 0;
+  };
+  // `loaded` are the weights files a load reads (local paths: a remote model's other files cannot
+  // be listed); the model is their directory unless `root` names one, or the file alone when the
   // signature covers one file.
-  static result<std::unique_ptr<signed_load>> open(const std::filesystem::path& model, const std::filesystem::path& root,
+  static result<std::unique_ptr<signed_load>> open(std::span<const loaded_file> loaded, const std::filesystem::path& root,
                                                    const std::filesystem::path& signature, const trust& who);
   std::shared_ptr<byte_observer> observer() const { return observer_; }
   // After the load: every digest matched, or an error naming the file and both digests.
@@ -128,7 +139,6 @@ class signed_load {
 
  private:
   manifest expected_;
-  std::string loaded_name_;
   std::shared_ptr<file_digests> observer_;
   std::vector<model_file> others_;
   std::future<result<manifest>> others_digests_;
