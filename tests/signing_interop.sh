@@ -69,6 +69,8 @@ ms_sharded sign model ms-shards.sig p256.key
 "$ms" sign key model/model.tensors --private_key p256.key --signature ms-file.sig > /dev/null
 ours_verify ms-p256.sig model --public-key p256.pub
 ours_load ms-p256.sig model --public-key p256.pub
+"$cli" load --signature ms-p256.sig --public-key p256.pub model/model.tensors | grep -q "signature: every file" \
+  || fail "load --signature did not say the signature was checked"
 ours_verify ms-p384.sig model --public-key p384.pub
 ours_load ms-p384.sig model --public-key p384.pub
 ours_verify ms-cert.sig model --certificate-chain ca.pem

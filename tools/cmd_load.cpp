@@ -268,6 +268,7 @@ int run_load(const load_args& a, const remote_options& remote, load_common_optio
     runs.push_back(*r);
   }
   print_report(a, *l, std::move(runs), sched.thread_count(), setup);
+  if (signed_model && !a.json) std::printf("  signature: every file of the model matches it (checked in the first load)\n");
   return 0;
 }
 
